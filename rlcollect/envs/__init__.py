@@ -1,0 +1,27 @@
+"""Envs: the TorchRL-compatible env protocol, specs, Gymnasium wrappers and batched envs."""
+
+from rlcollect.envs.base import EnvBase
+from rlcollect.envs.carrier import allocate_carrier
+from rlcollect.envs.gym import GymEnv
+from rlcollect.envs.specs import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
+
+__all__ = [
+    "Binary",
+    "Bounded",
+    "Categorical",
+    "Composite",
+    "EnvBase",
+    "GymEnv",
+    "OneHot",
+    "TensorSpec",
+    "Unbounded",
+    "allocate_carrier",
+]

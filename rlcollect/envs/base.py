@@ -1,0 +1,299 @@
+"""`EnvBase`: the TorchRL-compatible env protocol, with its TensorDict face and its buffer face.
+
+An env has two faces (DESIGN.md, "two faces"):
+
+* the **TensorDict face** -- `reset(td)`, `step(td)`, `step_and_maybe_reset(td)`, `rollout()` --
+  compatible with TorchRL's `EnvBase`;
+* the **buffer face** used by collectors: `bind(carrier)` tells the env where to write, then
+  `reset_into(t)`, `step_into(t)` and `advance_into(t)` write step results straight into the
+  preallocated carrier at time index `t`, without building a TensorDict per step.
+
+The carrier is a TensorDict of batch `[*env.batch_size, L + 1]` (time is the last batch dim)
+holding the root keys (observations, `"action"`, flags) and a `"next"` sub-TensorDict (next
+observations, `"reward"`, flags). Slot `t + 1` of the root receives the observation the policy
+sees after step `t`, so `L + 1` slots hold `L` steps.
+
+A subclass implements ONE face; the other is derived from it:
+
+* buffer-first envs (GymEnv, SerialEnv, ParallelEnv) override `_bind`, `reset_into` and
+  `step_into` (and may fuse `step_and_advance_into`); their TensorDict face runs through a
+  private one-step carrier, so the two faces cannot drift;
+* TensorDict-first envs (TorchRL-style subclasses, TransformedEnv) override `_reset(td)` and
+  `_step(td)`; their buffer face reads and writes views of the carrier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rlcollect import keys
+from rlcollect.envs.carrier import CarrierViews, allocate_carrier
+from rlcollect.envs.specs import Composite, TensorSpec
+from rlcollect.errors import MisuseError
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+
+
+class EnvBase:
+    """Base class of every rlcollect env; see the module docstring for the two faces.
+
+    Contract of `step`: the input TensorDict carries the root keys of time t (observation keys,
+    flags) and `"action"`; `step` writes the `"next"` sub-TensorDict (next observation keys,
+    `"reward"`, `"done"`, `"terminated"`, `"truncated"`) and returns the same TensorDict. After a
+    step with `done` set, the sub-env must be reset before it is stepped again
+    (`step_and_maybe_reset` does it). `done == terminated | truncated` always.
+
+    Subclasses set `batch_size`, `device`, `observation_spec`, `action_spec`, `reward_spec` and
+    `done_spec` in `__init__` (leaf specs with the batch dims first, as TorchRL's).
+    """
+
+    _abstract = True
+    batch_size: torch.Size = torch.Size([])
+    device: torch.device = torch.device("cpu")
+    observation_spec: Composite
+    action_spec: TensorSpec
+    reward_spec: TensorSpec
+    done_spec: Composite
+
+    def __init__(self, batch_size: torch.Size | tuple = (), device: object = "cpu") -> None:
+        self.batch_size = torch.Size(batch_size)
+        self.device = torch.device(device)  # type: ignore[arg-type]
+        self._carrier: TensorDictBase | None = None
+        self._views: CarrierViews | None = None
+        self._scratch: TensorDictBase | None = None
+        self.is_closed = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        buffer_first = cls.step_into is not EnvBase.step_into
+        dict_first = cls._step is not EnvBase._step
+        if not (buffer_first or dict_first) and not cls.__dict__.get("_abstract", False):
+            raise TypeError(
+                f"{cls.__name__} must implement one face of EnvBase: either `_reset(td)` and "
+                "`_step(td)` (TensorDict face) or `_bind`, `reset_into` and `step_into` "
+                "(buffer face)."
+            )
+
+    # --- keys -------------------------------------------------------------------------------
+
+    @property
+    def observation_keys(self) -> list[tuple[str, ...]]:
+        """Every observation leaf key, as tuples."""
+        return [key for key, _ in self.observation_spec.leaves()]
+
+    @property
+    def done_keys(self) -> list[str]:
+        """The flag keys: `done`, `terminated`, `truncated`."""
+        return list(self.done_spec.keys())
+
+    @property
+    def full_spec(self) -> Composite:
+        """One Composite with the root keys and the `"next"` keys of a transition."""
+        root = Composite(shape=self.batch_size, device=self.device)
+        next_spec = Composite(shape=self.batch_size, device=self.device)
+        for key, spec in self.observation_spec.leaves():
+            root[key] = spec
+            next_spec[key] = spec
+        for key, spec in self.done_spec.leaves():
+            root[key] = spec
+            next_spec[key] = spec
+        next_spec[keys.REWARD] = self.reward_spec
+        root[keys.ACTION] = self.action_spec
+        root[keys.NEXT] = next_spec
+        return root
+
+    # --- buffer face --------------------------------------------------------------------------
+
+    def bind(self, carrier: TensorDictBase) -> None:
+        """Make `carrier` (batch `[*batch_size, L + 1]`) the destination of the buffer face.
+
+        Binding the carrier already bound is free, so collectors call it once per batch.
+        """
+        if carrier is self._carrier:
+            return
+        expected = self.batch_size
+        if carrier.batch_size[:-1] != expected:
+            raise ValueError(
+                f"carrier batch {tuple(carrier.batch_size)} does not match the env batch "
+                f"{tuple(expected)}; allocate it as [*env.batch_size, L + 1]."
+            )
+        self._check_open()
+        self._carrier = carrier
+        self._views = None
+        self._bind(carrier)
+
+    def _bind(self, carrier: TensorDictBase) -> None:
+        """Hook for buffer-first envs: compute the views they write through."""
+
+    def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
+        """Reset the sub-envs selected by `mask` (all when None), writing the root at `t`.
+
+        The other sub-envs' root entries at `t` are left untouched.
+        """
+        views = self._carrier_views()
+        root = views.root(t)
+        request = root.select(*self.observation_keys, *self.done_keys).clone()
+        if mask is not None:
+            request.set(keys.RESET, mask.reshape(self.batch_size + (1,)).clone())
+        result = self._reset(request)
+        views.write_root(t, result, mask)
+
+    def step_into(self, t: int) -> None:
+        """Step every sub-env with the action at root `t`, writing `"next"` at `t`."""
+        views = self._carrier_views()
+        request = views.root(t).exclude(keys.NEXT).clone()
+        result = self._step(request)
+        views.write_next(t, result)
+
+    def advance_into(self, t: int) -> None:
+        """Fill root `t + 1` from `"next"` at `t`, resetting the sub-envs that are done."""
+        views = self._carrier_views()
+        views.carry_observations(t, self.observation_keys)
+        done = views.next_done(t)
+        if bool(done.any()):
+            self.reset_into(t + 1, None if bool(done.all()) else done)
+
+    def step_and_advance_into(self, t: int) -> None:
+        """`step_into(t)` then `advance_into(t)`; buffer-first envs fuse the two."""
+        self.step_into(t)
+        self.advance_into(t)
+
+    def _carrier_views(self) -> CarrierViews:
+        if self._carrier is None:
+            raise MisuseError(
+                f"{type(self).__name__} has no carrier bound; call env.bind(carrier) before "
+                "using the buffer face (collectors do this for you)."
+            )
+        if self._views is None:
+            self._views = CarrierViews(self._carrier, self.done_keys)
+        return self._views
+
+    # --- TensorDict face ----------------------------------------------------------------------
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs: object) -> TensorDictBase:
+        """Reset and return the root TensorDict (observation keys and cleared flags).
+
+        With `tensordict["_reset"]` (bool, shape `[*batch_size, 1]` or `batch_size`), only those
+        sub-envs reset; the others keep the values they have in `tensordict`.
+        """
+        self._check_open()
+        result = self._reset(tensordict)
+        if tensordict is not None:
+            result = tensordict.exclude(keys.RESET, keys.NEXT).update(result)
+        return result
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Step with `tensordict["action"]`; writes and returns `tensordict` with `"next"`."""
+        self._check_open()
+        next_td = self._step(tensordict)
+        tensordict.set(keys.NEXT, next_td)
+        return tensordict
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then build the root of the next step, resetting the sub-envs that are done.
+
+        Returns:
+            `(tensordict with "next", root for the next step)`.
+        """
+        tensordict = self.step(tensordict)
+        next_td = tensordict.get(keys.NEXT)
+        root = next_td.select(*self.observation_keys, *self.done_keys).clone()
+        done = next_td.get(keys.DONE).reshape(self.batch_size)
+        if bool(done.any()):
+            request = root.clone()
+            request.set(keys.RESET, done.reshape(*self.batch_size, 1))
+            root = self.reset(request)
+        return tensordict, root
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        """TensorDict face of buffer-first envs: reset through the private one-step carrier."""
+        scratch = self._scratch_carrier()
+        mask = None
+        if tensordict is not None:
+            present = [key for key in self.observation_keys if key in tensordict.keys(True)]
+            if present:
+                scratch[..., 0].update_(tensordict.select(*present))
+            if keys.RESET in tensordict.keys():
+                mask = tensordict.get(keys.RESET).reshape(self.batch_size)
+        self.bind(scratch)
+        self.reset_into(0, mask)
+        return scratch[..., 0].select(*self.observation_keys, *self.done_keys).clone()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """TensorDict face of buffer-first envs: step through the private one-step carrier."""
+        scratch = self._scratch_carrier()
+        time_dim = len(self.batch_size)
+        scratch.get(keys.ACTION).select(time_dim, 0).copy_(tensordict.get(keys.ACTION))
+        self.bind(scratch)
+        self.step_into(0)
+        return scratch.get(keys.NEXT)[..., 0].clone()
+
+    def _scratch_carrier(self) -> TensorDictBase:
+        if self._scratch is None:
+            self._scratch = allocate_carrier(self.full_spec, steps=1, device=self.device)
+        return self._scratch
+
+    # --- helpers of the protocol --------------------------------------------------------------
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write a random action from `action_spec` into `tensordict` (a new one if None)."""
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        tensordict.set(keys.ACTION, self.action_spec.rand())
+        return tensordict
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the env (sub-env i gets `seed + i`) and return the next unused seed."""
+        self._check_open()
+        return self._set_seed(int(seed))
+
+    def _set_seed(self, seed: int) -> int:
+        raise NotImplementedError(f"{type(self).__name__} does not support seeding.")
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Policy | None = None,
+        *,
+        auto_reset: bool = True,
+        break_when_any_done: bool = True,
+        tensordict: TensorDictBase | None = None,
+    ) -> TensorDictBase:
+        """Run up to `max_steps` steps and return them stacked along a last dim named "time".
+
+        Args:
+            max_steps: the number of steps to run.
+            policy: a callable `td -> td` writing `"action"`; random actions when None.
+
+        Keyword Args:
+            auto_reset: reset before the first step (else start from `tensordict`).
+            break_when_any_done: stop after the first step where any sub-env is done;
+                otherwise the done sub-envs are reset and the rollout goes on.
+            tensordict: the starting root when `auto_reset=False`.
+        """
+        from rlcollect.envs.rollout import run_rollout
+
+        return run_rollout(self, max_steps, policy, auto_reset, break_when_any_done, tensordict)
+
+    def close(self) -> None:
+        """Release the env's resources; a closed env refuses to reset or step."""
+        self.is_closed = True
+
+    def _check_open(self) -> None:
+        if self.is_closed:
+            raise MisuseError(f"{type(self).__name__} is closed; create a new env to go on.")
+
+    def __enter__(self) -> EnvBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(batch_size={tuple(self.batch_size)}, device={self.device})"
+

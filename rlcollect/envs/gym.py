@@ -1,0 +1,158 @@
+"""`GymEnv`: a Gymnasium env behind the rlcollect env protocol, writing through NumPy views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import keys
+from rlcollect.envs.base import EnvBase
+from rlcollect.envs.gym_spaces import (
+    action_reader,
+    observation_paths,
+    observation_spec_from_space,
+    spec_from_space,
+    write_value,
+)
+from rlcollect.envs.specs import Categorical, Composite, Unbounded
+
+
+def make_gym_env(env_id: str, **make_kwargs: Any) -> gym.Env:
+    """`gymnasium.make(env_id)` with an error that names the argument when the id is unknown."""
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a Gymnasium id string; got {type(env_id).__name__}.")
+    try:
+        return gym.make(env_id, **make_kwargs)
+    except gym.error.Error as err:
+        raise ValueError(
+            f"env_id={env_id!r} is not a registered Gymnasium env ({err}); check the spelling "
+            "and version suffix (e.g. 'CartPole-v1'), or import the package that registers it."
+        ) from err
+
+
+class GymEnv(EnvBase):
+    """A Gymnasium env with TorchRL's keys: `"observation"` (or one key per dict entry),
+    one-hot `"action"` for `Discrete` (categorical with `categorical_action_encoding=True`),
+    `("next", "reward")` `[1]` float32 and `done` / `terminated` / `truncated` `[1]` bool.
+
+    Its buffer face writes each step straight into NumPy views of the carrier, so stepping
+    costs one `env.step` and a few array stores.
+
+    Args:
+        env: a Gymnasium id (made with `gymnasium.make(env, **make_kwargs)`) or an env instance.
+        categorical_action_encoding: integer actions instead of one-hot for `Discrete`.
+
+    Examples:
+        >>> env = GymEnv("CartPole-v1")
+        >>> _ = env.set_seed(0)
+        >>> data = env.rollout(5)
+        >>> data.batch_size, data.names
+        (torch.Size([5]), ['time'])
+        >>> data["next", "observation"].shape
+        torch.Size([5, 4])
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        env: str | gym.Env,
+        categorical_action_encoding: bool = False,
+        **make_kwargs: Any,
+    ) -> None:
+        super().__init__(batch_size=(), device="cpu")
+        if isinstance(env, str):
+            env = make_gym_env(env, **make_kwargs)
+        elif isinstance(env, gym.vector.VectorEnv):
+            raise TypeError("env is a Gymnasium vector env; wrap it with GymVectorEnv instead.")
+        elif not isinstance(env, gym.Env):
+            raise TypeError(
+                f"env must be a Gymnasium id or a gymnasium.Env; got {type(env).__name__}."
+            )
+        self._env = env
+        self.categorical_action_encoding = categorical_action_encoding
+        if isinstance(env.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            raise TypeError(
+                f"action space {env.action_space!r} is not supported: actions must be one "
+                "tensor; flatten the action space with a Gymnasium wrapper."
+            )
+        self.observation_spec = observation_spec_from_space(
+            env.observation_space, categorical_action_encoding
+        )
+        self.action_spec = spec_from_space(env.action_space, categorical_action_encoding)
+        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32)
+        flag = Categorical(2, shape=(1,), dtype=torch.bool)
+        self.done_spec = Composite({name: flag for name in keys.DONE_KEYS})
+        is_dict_space = isinstance(env.observation_space, gym.spaces.Dict)
+        self._paths = observation_paths(self.observation_spec, is_dict_space)
+        self._read_action = action_reader(self.action_spec, env.action_space)
+        self._last_observation: Any = None
+        self._last_done = False
+
+    @property
+    def gym_env(self) -> gym.Env:
+        """The wrapped Gymnasium env."""
+        return self._env
+
+    # --- buffer face --------------------------------------------------------------------------
+
+    def _bind(self, carrier: TensorDictBase) -> None:
+        if carrier.device is not None and carrier.device.type != "cpu":
+            raise ValueError(
+                f"GymEnv writes through NumPy views and needs a CPU carrier; got one on "
+                f"{carrier.device}. Keep env_device='cpu' and set storing_device instead."
+            )
+        next_td = carrier.get(keys.NEXT)
+        self._root_rows = [carrier.get(path.key).numpy() for path in self._paths]
+        self._next_rows = [next_td.get(path.key).numpy() for path in self._paths]
+        self._action_rows = carrier.get(keys.ACTION).numpy()
+        self._reward_rows = next_td.get(keys.REWARD).numpy()
+        self._root_flag_rows = [carrier.get(name).numpy() for name in keys.DONE_KEYS]
+        self._next_flag_rows = [next_td.get(name).numpy() for name in keys.DONE_KEYS]
+
+    def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
+        if mask is not None and not bool(mask):
+            return
+        observation, _ = self._env.reset()
+        self._write_observation(self._root_rows, t, observation)
+        for rows in self._root_flag_rows:
+            rows[t] = False
+
+    def step_into(self, t: int) -> None:
+        action = self._read_action(self._action_rows[t])
+        observation, reward, terminated, truncated, _ = self._env.step(action)
+        self._write_observation(self._next_rows, t, observation)
+        self._reward_rows[t] = reward
+        done = terminated or truncated
+        done_rows, terminated_rows, truncated_rows = self._next_flag_rows
+        done_rows[t] = done
+        terminated_rows[t] = terminated
+        truncated_rows[t] = truncated
+        self._last_observation = observation
+        self._last_done = done
+
+    def advance_into(self, t: int) -> None:
+        if self._last_done:
+            self.reset_into(t + 1)
+            return
+        self._write_observation(self._root_rows, t + 1, self._last_observation)
+
+    def _write_observation(self, rows: list[np.ndarray], t: int, observation: Any) -> None:
+        for path, destination in zip(self._paths, rows, strict=True):
+            write_value(destination, t, path.extract(observation), path.one_hot)
+
+    # --- protocol -----------------------------------------------------------------------------
+
+    def _set_seed(self, seed: int) -> int:
+        self._env.reset(seed=seed)
+        self._env.action_space.seed(seed)
+        self._last_done = True
+        return seed + 1
+
+    def close(self) -> None:
+        if not self.is_closed:
+            self._env.close()
+        super().close()

@@ -1,0 +1,48 @@
+"""`run_rollout`: the TensorDict-face rollout loop behind `EnvBase.rollout`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import keys
+
+if TYPE_CHECKING:
+    from rlcollect.envs.base import EnvBase
+
+
+def run_rollout(
+    env: EnvBase,
+    max_steps: int,
+    policy: Callable[[TensorDictBase], TensorDictBase] | None,
+    auto_reset: bool,
+    break_when_any_done: bool,
+    tensordict: TensorDictBase | None,
+) -> TensorDictBase:
+    """Step `env` up to `max_steps` times and stack the steps along a last dim named "time"."""
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1; got {max_steps}.")
+    if auto_reset:
+        root = env.reset()
+    elif tensordict is None:
+        raise ValueError("rollout(auto_reset=False) needs the starting `tensordict`.")
+    else:
+        root = tensordict
+    steps = []
+    for _ in range(max_steps):
+        root = policy(root) if policy is not None else env.rand_action(root)
+        if break_when_any_done:
+            step = env.step(root)
+            steps.append(step)
+            if bool(step.get((keys.NEXT, keys.DONE)).any()):
+                break
+            root = step.get(keys.NEXT).select(*env.observation_keys, *env.done_keys).clone()
+        else:
+            step, root = env.step_and_maybe_reset(root)
+            steps.append(step)
+    data = torch.stack(steps, dim=len(env.batch_size))
+    data.refine_names(*([None] * len(env.batch_size)), keys.TIME_DIM_NAME)
+    return data
