@@ -105,6 +105,10 @@ class EnvBase:
         root[keys.NEXT] = next_spec
         return root
 
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled transition (root keys, `"action"` and `"next"`) of batch `batch_size`."""
+        return self.full_spec.zero()
+
     # --- buffer face --------------------------------------------------------------------------
 
     def bind(self, carrier: TensorDictBase) -> None:
@@ -137,7 +141,7 @@ class EnvBase:
         root = views.root(t)
         request = root.select(*self.observation_keys, *self.done_keys).clone()
         if mask is not None:
-            request.set(keys.RESET, mask.reshape(self.batch_size + (1,)).clone())
+            request.set(keys.RESET, mask.reshape((*self.batch_size, 1)).clone())
         result = self._reset(request)
         views.write_root(t, result, mask)
 
@@ -218,7 +222,7 @@ class EnvBase:
             present = [key for key in self.observation_keys if key in tensordict.keys(True)]
             if present:
                 scratch[..., 0].update_(tensordict.select(*present))
-            if keys.RESET in tensordict.keys():
+            if keys.RESET in tensordict:
                 mask = tensordict.get(keys.RESET).reshape(self.batch_size)
         self.bind(scratch)
         self.reset_into(0, mask)
@@ -296,4 +300,3 @@ class EnvBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={tuple(self.batch_size)}, device={self.device})"
-

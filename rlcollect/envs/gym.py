@@ -85,12 +85,11 @@ class GymEnv(EnvBase):
         self.action_spec = spec_from_space(env.action_space, categorical_action_encoding)
         self.reward_spec = Unbounded(shape=(1,), dtype=torch.float32)
         flag = Categorical(2, shape=(1,), dtype=torch.bool)
-        self.done_spec = Composite({name: flag for name in keys.DONE_KEYS})
+        self.done_spec = Composite(dict.fromkeys(keys.DONE_KEYS, flag))
         is_dict_space = isinstance(env.observation_space, gym.spaces.Dict)
         self._paths = observation_paths(self.observation_spec, is_dict_space)
         self._read_action = action_reader(self.action_spec, env.action_space)
         self._last_observation: Any = None
-        self._last_done = False
 
     @property
     def gym_env(self) -> gym.Env:
@@ -112,6 +111,7 @@ class GymEnv(EnvBase):
         self._reward_rows = next_td.get(keys.REWARD).numpy()
         self._root_flag_rows = [carrier.get(name).numpy() for name in keys.DONE_KEYS]
         self._next_flag_rows = [next_td.get(name).numpy() for name in keys.DONE_KEYS]
+        self._next_done_rows = self._next_flag_rows[0][..., 0]
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         if mask is not None and not bool(mask):
@@ -132,10 +132,10 @@ class GymEnv(EnvBase):
         terminated_rows[t] = terminated
         truncated_rows[t] = truncated
         self._last_observation = observation
-        self._last_done = done
 
     def advance_into(self, t: int) -> None:
-        if self._last_done:
+        # The carrier's flag, not the env's: a wrapper (e.g. a step limit) may have set it.
+        if self._next_done_rows[t]:
             self.reset_into(t + 1)
             return
         self._write_observation(self._root_rows, t + 1, self._last_observation)
@@ -149,7 +149,6 @@ class GymEnv(EnvBase):
     def _set_seed(self, seed: int) -> int:
         self._env.reset(seed=seed)
         self._env.action_space.seed(seed)
-        self._last_done = True
         return seed + 1
 
     def close(self) -> None:

@@ -20,13 +20,15 @@ def _checked_key(key: object, argument: str) -> NestedKey:
 
 
 def _mask_key(trajectory_key: NestedKey) -> NestedKey:
-    """The mask sits next to the trajectory ids: ("collector", "traj_ids") -> ("collector", "mask")."""
+    """The mask sits next to the trajectory ids: ("collector", "traj_ids") -> (..., "mask")."""
     if isinstance(trajectory_key, str):
         return "mask"
     return (*trajectory_key[:-1], "mask")
 
 
-def _run_starts(batch: TensorDictBase, trajectory_key: NestedKey, done_key: NestedKey) -> torch.Tensor:
+def _run_starts(
+    batch: TensorDictBase, trajectory_key: NestedKey, done_key: NestedKey
+) -> torch.Tensor:
     """Flat bool [N]: True where a trajectory starts, in the row-major order of the batch.
 
     A trajectory starts at the first step of every env row and wherever the trajectory id
@@ -85,8 +87,9 @@ def split_trajectories(
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
+        >>> traj_ids = torch.tensor([3, 3, 3, 4, 4])
         >>> batch = TensorDict(
-        ...     {"observation": torch.arange(5.0), ("collector", "traj_ids"): torch.tensor([3, 3, 3, 4, 4])},
+        ...     {"observation": torch.arange(5.0), ("collector", "traj_ids"): traj_ids},
         ...     batch_size=[5],
         ... )
         >>> split = split_trajectories(batch)
@@ -167,9 +170,7 @@ class SplitTrajectories:
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         """Split `batch` into zero-padded trajectories."""
-        return split_trajectories(
-            batch, trajectory_key=self.trajectory_key, done_key=self.done_key
-        )
+        return split_trajectories(batch, trajectory_key=self.trajectory_key, done_key=self.done_key)
 
     def __repr__(self) -> str:
         return (

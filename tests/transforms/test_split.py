@@ -1,4 +1,4 @@
-"""Tests for split_trajectories / SplitTrajectories, checked against TorchRL's split_trajectories."""
+"""Tests for split_trajectories and SplitTrajectories, checked against TorchRL's."""
 
 from __future__ import annotations
 
@@ -78,7 +78,10 @@ def test_one_full_trajectory_per_row_matches_torchrl_names(env_batch: list[int])
 
 def test_order_padding_and_mask_by_hand() -> None:
     batch = TensorDict(
-        {"observation": torch.arange(1.0, 9.0).reshape(2, 4), TRAJ_IDS: torch.tensor([[5, 5, 6, 6], [2, 2, 2, 3]])},
+        {
+            "observation": torch.arange(1.0, 9.0).reshape(2, 4),
+            TRAJ_IDS: torch.tensor([[5, 5, 6, 6], [2, 2, 2, 3]]),
+        },
         batch_size=[2, 4],
     )
     split = split_trajectories(batch)
@@ -115,3 +118,26 @@ def test_bad_key_is_rejected_at_construction() -> None:
 def test_empty_batch_is_rejected() -> None:
     with pytest.raises(ValueError, match="with T > 0"):
         split_trajectories(TensorDict({}, batch_size=[]))
+
+
+def test_env_rows_never_share_a_trajectory() -> None:
+    # the same id in two env rows is two trajectories (TorchRL would merge them into one)
+    batch = TensorDict(
+        {
+            "observation": torch.arange(4.0).reshape(2, 2),
+            TRAJ_IDS: torch.ones(2, 2, dtype=torch.long),
+        },
+        batch_size=[2, 2],
+    )
+    split = split_trajectories(batch)
+    assert split["observation"].tolist() == [[0, 1], [2, 3]]
+    assert split[MASK].all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu() -> None:
+    batch = make_batch([3], 12, seed=6)
+    on_cuda = split_trajectories(batch.to("cuda"))
+    assert on_cuda.get(MASK).is_cuda
+    assert_same_entries(on_cuda.cpu(), split_trajectories(batch))

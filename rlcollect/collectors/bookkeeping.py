@@ -1,0 +1,93 @@
+"""Per-batch bookkeeping on small tensors: trajectory ids and finished-episode returns.
+
+Both are computed once per batch from the done flags, with a handful of vectorised ops, so the
+per-step loop does no bookkeeping at all.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def last_true_index(flags: torch.Tensor) -> torch.Tensor:
+    """For `[n, T]` flags, the index of the last True at or before each step (-1 if none)."""
+    steps = torch.arange(flags.shape[-1], device=flags.device).expand_as(flags)
+    marked = torch.where(flags, steps, torch.full_like(steps, -1))
+    return marked.cummax(dim=-1).values
+
+
+class TrajectoryCounter:
+    """Hands out trajectory ids, unique over the collector's life, as TorchRL's pool does.
+
+    The `n` envs start with ids `0..n-1`; a sub-env done at step t gets the next id for step
+    t+1, ids being handed out in step order and, within a step, in env order.
+    """
+
+    def __init__(self, next_id: int = 0) -> None:
+        self.next_id = next_id
+
+    def take(self, count: int, device: torch.device) -> torch.Tensor:
+        """`count` fresh ids."""
+        ids = torch.arange(self.next_id, self.next_id + count, device=device)
+        self.next_id += count
+        return ids
+
+    def fill(self, start_ids: torch.Tensor, done: torch.Tensor, out: torch.Tensor) -> None:
+        """Write the ids of a batch into `out` (`[n, T + 1]`) from `done` (`[n, T]`).
+
+        `out[:, 0]` is `start_ids`; `out[:, t + 1]` is the id after step t (a new one where the
+        sub-env was done at step t). The last column is the carry for the next batch.
+        """
+        n, steps = done.shape
+        time_major = done.t().reshape(-1)
+        count = int(time_major.sum())
+        out[:, 0] = start_ids
+        if count == 0:
+            out[:, 1:] = start_ids.unsqueeze(-1)
+            return
+        new_ids = torch.zeros(steps * n, dtype=out.dtype, device=out.device)
+        new_ids[time_major] = self.take(count, out.device)
+        new_ids = new_ids.reshape(steps, n).t()
+        last = last_true_index(done)
+        carried = new_ids.gather(1, last.clamp_min(0))
+        out[:, 1:] = torch.where(last >= 0, carried, start_ids.unsqueeze(-1))
+
+
+class EpisodeTracker:
+    """Sums rewards per sub-env across batches and records the return of each finished episode."""
+
+    def __init__(self) -> None:
+        self.running: torch.Tensor | None = None
+        self.episodes = 0
+        self.last_returns: torch.Tensor = torch.zeros(0)
+        self.return_sum = 0.0
+
+    def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """Account one batch of `[n, T]` rewards and done flags."""
+        reward = reward.double()
+        if self.running is None or self.running.shape[0] != reward.shape[0]:
+            self.running = torch.zeros(reward.shape[0], dtype=torch.float64, device=reward.device)
+        cumulative = self.running.unsqueeze(-1) + reward.cumsum(-1)
+        previous = last_true_index(torch.nn.functional.pad(done[:, :-1], (1, 0), value=False))
+        offset = torch.where(
+            previous >= 0,
+            cumulative.gather(1, (previous - 1).clamp_min(0)),
+            torch.zeros_like(cumulative),
+        )
+        episode_returns = (cumulative - offset)[done]
+        last = last_true_index(done)[:, -1]
+        end_offset = torch.where(
+            last >= 0, cumulative.gather(1, last.clamp_min(0).unsqueeze(-1)).squeeze(-1), 0.0
+        )
+        self.running = cumulative[:, -1] - end_offset
+        if episode_returns.numel():
+            self.last_returns = episode_returns.float().cpu()
+            self.episodes += int(episode_returns.numel())
+            self.return_sum += float(episode_returns.sum())
+
+    @property
+    def mean_return(self) -> float:
+        """Mean return of the episodes finished in the most recent batch that finished any."""
+        if self.last_returns.numel() == 0:
+            return float("nan")
+        return float(self.last_returns.mean())

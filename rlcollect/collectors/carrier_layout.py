@@ -1,0 +1,167 @@
+"""`CarrierLayout`: the collector's preallocated `[*B, T + 1]` buffer and its per-batch upkeep.
+
+The carrier holds the env's root and `"next"` keys, the policy's outputs and the collector's
+own keys. Slot `T` of the root holds the observation the next batch starts from, so a batch is
+the view `carrier[..., :T]` and carrying over costs one copy per root key per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import keys
+from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
+from rlcollect.collectors.devices import DeviceSplit
+from rlcollect.collectors.policy import (
+    DictStep,
+    ModuleStep,
+    RandomStep,
+    is_fast_module,
+    policy_outputs,
+)
+from rlcollect.envs.base import EnvBase
+
+NestedKey = str | tuple[str, ...]
+POLICY_VERSION_KEY = (keys.NEXT, keys.POLICY_VERSION)
+
+
+def _prototype(
+    env: EnvBase, policy: Any, devices: DeviceSplit, track_version: bool
+) -> tuple[TensorDictBase, list[NestedKey]]:
+    """One zero-filled frame with every key the carrier holds, and the policy's output keys."""
+    frame = env.fake_tensordict().to(devices.env)
+    output_keys: list[NestedKey] = [keys.ACTION]
+    if policy.module is not None:
+        root = frame.exclude(keys.NEXT, keys.ACTION).to(devices.policy)
+        outputs = policy_outputs(policy.module, root)
+        output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
+        frame.update(outputs.to(devices.env))
+    frame.set(keys.TRAJ_IDS, torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env))
+    if track_version:
+        version = torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env)
+        frame.set(POLICY_VERSION_KEY, version)
+    return frame, output_keys
+
+
+@dataclass
+class CarrierLayout:
+    """The carrier, its batch view, and the keys that carry from one batch to the next."""
+
+    carrier: TensorDictBase
+    steps: int
+    output_keys: list[NestedKey]
+    carry_keys: list[NestedKey]
+    device: torch.device
+    batch_view: TensorDictBase = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.time_dim = self.carrier.batch_dims - 1
+        self.env_numel = max(1, self.carrier.shape[: self.time_dim].numel())
+        index = (*([slice(None)] * self.time_dim), slice(0, self.steps))
+        self.batch_view = self.carrier[index]
+        next_td = self.carrier.get(keys.NEXT)
+        self._traj = self.carrier.get(keys.TRAJ_IDS)
+        self._done = next_td.get(keys.DONE)
+        self._truncated = next_td.get(keys.TRUNCATED) if keys.TRUNCATED in next_td else None
+        self._reward = next_td.get(keys.REWARD)
+        self._version = (
+            self.carrier.get(POLICY_VERSION_KEY)
+            if POLICY_VERSION_KEY in self.carrier.keys(include_nested=True)
+            else None
+        )
+
+    @classmethod
+    def build(
+        cls,
+        env: EnvBase,
+        policy: Any,
+        steps: int,
+        devices: DeviceSplit,
+        track_version: bool,
+    ) -> CarrierLayout:
+        """Allocate the carrier from one prototype frame of `env` and `policy`."""
+        frame, output_keys = _prototype(env, policy, devices, track_version)
+        time_dim = len(env.batch_size)
+        carrier = frame.unsqueeze(time_dim).expand(*env.batch_size, steps + 1).clone()
+        carrier.zero_()
+        carrier.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
+        carry_keys = [*env.observation_keys, *env.done_keys, keys.TRAJ_IDS]
+        return cls(carrier, steps, output_keys, carry_keys, devices.env)
+
+    def adopt(self, storage: TensorDictBase) -> CarrierLayout:
+        """A layout over `storage` (e.g. a RolloutBuffer's `[N, T + 1]` TensorDict).
+
+        Keys the collector writes that `storage` lacks are added to it, zero-filled; the root
+        entries that carry over are copied from this layout's slot T to the storage's slot T.
+        """
+        expected = self.carrier.batch_size
+        if storage.batch_size != expected:
+            raise ValueError(
+                f"the rollout storage has batch {tuple(storage.batch_size)}; this collector "
+                f"writes {tuple(expected)} ([*env batch, frames_per_batch / env batch + 1])."
+            )
+        for key in self.carrier.keys(include_nested=True, leaves_only=True):
+            if key not in storage.keys(include_nested=True):
+                storage.set(key, torch.zeros_like(self.carrier.get(key)))
+        layout = CarrierLayout(storage, self.steps, self.output_keys, self.carry_keys, self.device)
+        for key in self.carry_keys:
+            layout._at(storage.get(key), self.steps).copy_(
+                self._at(self.carrier.get(key), self.steps)
+            )
+        return layout
+
+    def _at(self, tensor: torch.Tensor, t: int) -> torch.Tensor:
+        return tensor.select(self.time_dim, t)
+
+    # --- per-step parts -------------------------------------------------------------------------
+
+    def policy_step(self, policy: Any) -> Any:
+        """The per-step policy callable for this carrier (fast path when possible)."""
+        if policy.module is None:
+            return None
+        policy_device = policy.device if policy.device != self.device else None
+        if is_fast_module(policy.module):
+            return ModuleStep(policy.module, self.carrier, self.time_dim, policy_device)
+        return DictStep(policy.module, self.carrier, self.time_dim, self.output_keys, policy_device)
+
+    def random_step(self, action_spec: Any) -> RandomStep:
+        """The per-step callable writing random actions."""
+        return RandomStep(action_spec, self.carrier, self.time_dim)
+
+    # --- per-batch upkeep -----------------------------------------------------------------------
+
+    def start_trajectories(self, ids: torch.Tensor) -> None:
+        """New trajectories start at slot 0 with `ids` (one per sub-env)."""
+        self._at(self._traj, 0).copy_(ids.reshape(self._traj.shape[: self.time_dim]))
+
+    def carry_over(self) -> None:
+        """Slot 0 of the next batch = slot T of this one, for the root keys that carry."""
+        for key in self.carry_keys:
+            tensor = self.carrier.get(key)
+            self._at(tensor, 0).copy_(self._at(tensor, self.steps))
+
+    def truncate_last_step(self) -> None:
+        """Mark the batch's last step truncated and done (`set_truncated=True`)."""
+        if self._truncated is None:
+            raise KeyError(
+                "set_truncated=True needs a ('next', 'truncated') key; the env has none."
+            )
+        self._at(self._truncated, self.steps - 1).fill_(True)
+        self._at(self._done, self.steps - 1).fill_(True)
+
+    def finish_batch(
+        self, trajectories: TrajectoryCounter, episodes: EpisodeTracker, version: int
+    ) -> None:
+        """Trajectory ids, episode returns and policy version for the batch just collected."""
+        n = self.env_numel
+        done = self._done[..., : self.steps, :].reshape(n, self.steps)
+        traj = self._traj.reshape(n, self.steps + 1)
+        trajectories.fill(traj[:, 0].clone(), done, traj)
+        reward = self._reward[..., : self.steps, :].reshape(n, self.steps, -1).sum(-1)
+        episodes.update(reward, done)
+        if self._version is not None:
+            self._version[..., : self.steps].fill_(version)

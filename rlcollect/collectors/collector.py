@@ -1,0 +1,347 @@
+"""`Collector`: steps an env with a policy and yields `[*env_batch, T]` batches named "time"."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, set_interaction_type
+
+from rlcollect.collectors.background import BackgroundLoop
+from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
+from rlcollect.collectors.carrier_layout import CarrierLayout
+from rlcollect.collectors.devices import DeviceLike, DeviceSplit
+from rlcollect.collectors.options import BatchOptions, validate_frames
+from rlcollect.collectors.policy_weights import PolicyHolder
+from rlcollect.collectors.step_limit import StepLimit
+from rlcollect.envs.factory import make_env
+
+
+class Collector:
+    """Collects batches of transitions from an env and a policy, in this process.
+
+    Each batch is a TensorDict of batch size `[*env.batch_size, T]` (last dim named "time")
+    with TorchRL's keys: observations, `"action"` and the policy's other outputs, flags, the
+    `"next"` sub-TensorDict and `("collector", "traj_ids")`. With `T = ceil(frames_per_batch /
+    env batch numel)`. The output is preallocated once and written in place by the env's buffer
+    face; each option is turned into a part at construction, so the step loop has no branch.
+
+    Args:
+        create_env_fn: an env (rlcollect or TorchRL), a callable returning one, or a Gymnasium id.
+        policy: None (random actions), a TensorDict module, or an `nn.Module` whose forward
+            arguments are named after the observation keys (it is wrapped to write "action").
+
+    Keyword Args:
+        frames_per_batch: frames per batch (rounded up to a multiple of the env batch).
+        total_frames: frames over the collector's life; -1 collects forever.
+        device, storing_device, policy_device, env_device: the device split; `device` fills
+            the unset ones.
+        create_env_kwargs: keyword arguments for `create_env_fn` when it is a callable or id.
+        max_frames_per_traj: truncate and reset a trajectory after that many steps.
+        init_random_frames: frames collected with random actions before the policy is used.
+        reset_at_each_iter: reset the env at the start of every batch.
+        postproc: a callable `batch -> batch` applied to every batch (after `split_trajs`).
+        split_trajs: re-shape batches to `[num_trajs, max_len]` with `("collector", "mask")`.
+        exploration_type: the interaction type the policy runs under.
+        return_same_td: yield the collector's own buffer instead of a fresh copy.
+        set_truncated: mark the last step of every batch truncated and done.
+        replay_buffer: an object with `extend`; iteration extends it and yields None.
+        extend_buffer: must stay True (batches are written to the buffer whole).
+        track_policy_version: write `("next", "policy_version")` into every frame.
+        weight_sync_schemes: not accepted: a single-process collector has no children.
+        weight_recv_schemes: mapping of model id to a scheme whose `receive()` returns new
+            weights or None; polled before every batch.
+        worker_idx: this collector's index when it runs inside a multi-process collector.
+
+    Examples:
+        >>> from rlcollect import Collector
+        >>> collector = Collector("CartPole-v1", frames_per_batch=50, total_frames=100)
+        >>> for data in collector:
+        ...     print(data.batch_size, data.names)
+        torch.Size([50]) ['time']
+        torch.Size([50]) ['time']
+        >>> collector.shutdown()
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device: DeviceLike = None,
+        storing_device: DeviceLike = None,
+        policy_device: DeviceLike = None,
+        env_device: DeviceLike = None,
+        create_env_kwargs: Mapping[str, Any] | None = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int | None = None,
+        reset_at_each_iter: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        exploration_type: InteractionType = InteractionType.RANDOM,
+        return_same_td: bool = False,
+        set_truncated: bool = False,
+        replay_buffer: Any = None,
+        extend_buffer: bool = True,
+        track_policy_version: bool = False,
+        weight_sync_schemes: Mapping[str, Any] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
+        worker_idx: int | None = None,
+    ) -> None:
+        validate_frames(frames_per_batch, total_frames)
+        options = BatchOptions.validate(
+            postproc=postproc,
+            split_trajs=split_trajs,
+            return_same_td=return_same_td,
+            replay_buffer=replay_buffer,
+            extend_buffer=extend_buffer,
+            weight_sync_schemes=weight_sync_schemes,
+            weight_recv_schemes=weight_recv_schemes,
+            init_random_frames=init_random_frames,
+            reset_at_each_iter=reset_at_each_iter,
+        )
+        self.env = make_env(create_env_fn, create_env_kwargs)
+        self.devices = DeviceSplit.resolve(
+            env_own_device=self.env.device,
+            device=device,
+            env_device=env_device,
+            policy_device=policy_device,
+            storing_device=storing_device,
+        )
+        if max_frames_per_traj is not None and max_frames_per_traj > 0:
+            self.env = StepLimit(self.env, max_frames_per_traj)
+        self.options = options
+        self.worker_idx = worker_idx
+        self.exploration_type = exploration_type
+        self.set_truncated = set_truncated
+        self.track_policy_version = track_policy_version
+
+        batch_numel = max(1, math.prod(self.env.batch_size))
+        self.steps_per_batch = -(-frames_per_batch // batch_numel)
+        self.frames_per_batch = self.steps_per_batch * batch_numel
+        if self.frames_per_batch != frames_per_batch:
+            warnings.warn(
+                f"frames_per_batch={frames_per_batch} is not a multiple of the env batch "
+                f"{batch_numel}; collecting {self.frames_per_batch} frames per batch.",
+                stacklevel=2,
+            )
+        self.total_frames = self._round_total(total_frames)
+        self.init_random_frames = self._round_total(init_random_frames or 0)
+
+        self.policy = PolicyHolder(policy, self.env.observation_keys, self.devices.policy)
+        self.layout = CarrierLayout.build(
+            self.env, self.policy, self.steps_per_batch, self.devices, track_policy_version
+        )
+        self._random_step = self.layout.random_step(self.env.action_spec)
+        self._policy_step = self.layout.policy_step(self.policy) or self._random_step
+        self._trajectories = TrajectoryCounter()
+        self._episodes = EpisodeTracker()
+        self._background = BackgroundLoop(self._collect_into_buffer)
+        self.frames = 0
+        self.iterations = 0
+        self._needs_reset = True
+        self._start_time: float | None = None
+
+    def _round_total(self, frames: int) -> int:
+        if frames <= 0:
+            return frames
+        rounded = -(-frames // self.frames_per_batch) * self.frames_per_batch
+        if rounded != frames:
+            warnings.warn(
+                f"{frames} frames is not a multiple of the batch of {self.frames_per_batch}; "
+                f"using {rounded}.",
+                stacklevel=3,
+            )
+        return rounded
+
+    # --- the rollout loop -----------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        """Fill the carrier with one batch: prepare, run policy and env per step, account."""
+        self._poll_weight_schemes()
+        env, layout = self.env, self.layout
+        env.bind(layout.carrier)
+        if self._needs_reset or self.options.reset_at_each_iter:
+            env.reset_into(0)
+            layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
+            self._needs_reset = False
+        else:
+            layout.carry_over()
+        random_phase = self.frames < self.init_random_frames
+        policy_step = self._random_step if random_phase else self._policy_step
+        env_step = env.step_and_advance_into
+        with torch.no_grad(), set_interaction_type(self.exploration_type):
+            for t in range(self.steps_per_batch):
+                policy_step(t)
+                env_step(t)
+        if self.set_truncated:
+            layout.truncate_last_step()
+        layout.finish_batch(self._trajectories, self._episodes, self.policy.version)
+        self.frames += self.frames_per_batch
+        self.iterations += 1
+        if self._start_time is None:
+            self._start_time = time.perf_counter()
+
+    def _deliver(self) -> TensorDictBase:
+        batch = self.layout.batch_view
+        if self.devices.storing_crosses:
+            batch = batch.to(self.devices.storing)
+        elif not self.options.return_same_td:
+            batch = batch.clone()
+        for process in self.options.pipeline:
+            batch = process(batch)
+        return batch
+
+    def _collect_into_buffer(self) -> bool:
+        if self.is_done:
+            return False
+        self._collect()
+        batch = self.layout.batch_view
+        if self.options.pipeline or self.devices.storing_crosses:
+            batch = self._deliver()
+        self.options.replay_buffer.extend(batch)
+        return not self.is_done
+
+    # --- iteration ------------------------------------------------------------------------------
+
+    @property
+    def is_done(self) -> bool:
+        """Whether `total_frames` have been collected (never, for an endless collector)."""
+        return 0 < self.total_frames <= self.frames
+
+    def next(self) -> TensorDictBase | None:
+        """Collect and return one batch (None when filling a replay buffer).
+
+        Raises:
+            StopIteration: when `total_frames` have been collected.
+        """
+        if self.is_done:
+            raise StopIteration
+        if self.options.replay_buffer is not None:
+            self._collect_into_buffer()
+            return None
+        self._collect()
+        return self._deliver()
+
+    def __next__(self) -> TensorDictBase | None:
+        return self.next()
+
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        while not self.is_done:
+            yield self.next()
+
+    def __len__(self) -> int:
+        if self.total_frames <= 0:
+            raise TypeError("an endless collector (total_frames=-1) has no length.")
+        return self.total_frames // self.frames_per_batch
+
+    # --- background collection ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Collect in a background thread that extends the replay buffer until shut down."""
+        if self.options.replay_buffer is None:
+            raise RuntimeError(
+                "start() fills a replay buffer; pass replay_buffer=... to the Collector."
+            )
+        self._background.start()
+
+    def pause(self) -> AbstractContextManager[None]:
+        """Context manager: no batch is collected or written while it is active."""
+        return self._background.pause()
+
+    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stop background collection (after the batch in flight) and release the env."""
+        try:
+            self._background.shutdown(timeout)
+        finally:
+            if close_env and not self._background.is_running:
+                self.env.close()
+
+    # --- weights, state, control ----------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        """How many times the policy weights were updated."""
+        return self.policy.version
+
+    def update_policy_weights_(self, weights_or_module: Any = None) -> None:
+        """Load new policy weights (a module, a state dict or a TensorDict of parameters).
+
+        With no argument, the weights are copied again from the policy the collector was given
+        (useful when the collector holds a copy on another device).
+        """
+        self.policy.update(weights_or_module)
+
+    def _poll_weight_schemes(self) -> None:
+        for scheme in self.options.weight_recv_schemes.values():
+            weights = scheme.receive()
+            if weights is not None:
+                self.policy.update(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Frames, iterations, the trajectory counter, policy weights and env state."""
+        state: dict[str, Any] = {
+            "frames": self.frames,
+            "iterations": self.iterations,
+            "next_traj_id": self._trajectories.next_id,
+            "policy_version": self.policy.version,
+            "policy_state_dict": self.policy.state_dict(),
+        }
+        if hasattr(self.env, "state_dict"):
+            state["env_state_dict"] = self.env.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`: counters go on, no trajectory id is reused."""
+        self.frames = int(state["frames"])
+        self.iterations = int(state["iterations"])
+        self._trajectories.next_id = max(self._trajectories.next_id, int(state["next_traj_id"]))
+        self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
+        if "env_state_dict" in state and hasattr(self.env, "load_state_dict"):
+            self.env.load_state_dict(state["env_state_dict"])
+        self._needs_reset = True
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the env (sub-env i gets `seed + i`); the next batch starts from a reset."""
+        self._needs_reset = True
+        return self.env.set_seed(seed)
+
+    def reset(self) -> None:
+        """Start new trajectories: the next batch begins with an env reset."""
+        self._needs_reset = True
+
+    def stats(self) -> dict[str, float]:
+        """Frames, batches, frames/s, episodes finished and the recent mean episode return."""
+        elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
+        counted = self.frames - self.frames_per_batch
+        return {
+            "frames": self.frames,
+            "batches": self.iterations,
+            "frames_per_second": counted / elapsed if elapsed > 0 and counted > 0 else 0.0,
+            "episodes": self._episodes.episodes,
+            "mean_episode_return": self._episodes.mean_return,
+        }
+
+    def shutdown(self, close_env: bool = True) -> None:
+        """Stop any background collection and close the env."""
+        self.async_shutdown(close_env=close_env)
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (
+            f"Collector(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
+            f"total_frames={self.total_frames}, frames={self.frames})"
+        )

@@ -1,0 +1,61 @@
+"""Resolution of the collector's device split: env, policy and storing devices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DeviceLike = torch.device | str | int | None
+
+
+def parse_device(value: DeviceLike, argument: str) -> torch.device | None:
+    """`torch.device(value)`, with an error naming `argument` when the string is not a device."""
+    if value is None or isinstance(value, torch.device):
+        return value
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"{argument}={value!r} is not a device; use e.g. 'cpu', 'cuda', 'cuda:0' or a "
+            "torch.device."
+        ) from err
+
+
+@dataclass(frozen=True)
+class DeviceSplit:
+    """Where the env runs, where the policy runs and where batches are stored.
+
+    `device` fills whichever of the three is unset; the env device then defaults to the env's
+    own device, the policy device to the env device, and the storing device to the env device.
+    """
+
+    env: torch.device
+    policy: torch.device
+    storing: torch.device
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        env_own_device: torch.device,
+        device: DeviceLike = None,
+        env_device: DeviceLike = None,
+        policy_device: DeviceLike = None,
+        storing_device: DeviceLike = None,
+    ) -> DeviceSplit:
+        common = parse_device(device, "device")
+        env = parse_device(env_device, "env_device") or common or env_own_device
+        policy = parse_device(policy_device, "policy_device") or common or env
+        storing = parse_device(storing_device, "storing_device") or common or env
+        return cls(env=env, policy=policy, storing=storing)
+
+    @property
+    def policy_crosses(self) -> bool:
+        """Whether observations must move to another device before the policy sees them."""
+        return self.policy != self.env
+
+    @property
+    def storing_crosses(self) -> bool:
+        """Whether each batch must be copied to another device to be stored."""
+        return self.storing != self.env

@@ -1,0 +1,102 @@
+"""Validation of the collector's options, and their translation into composed parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensordict import TensorDictBase
+
+Process = Callable[[TensorDictBase], TensorDictBase]
+
+
+def _check_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__}).")
+
+
+def validate_frames(frames_per_batch: Any, total_frames: Any) -> None:
+    """Check `frames_per_batch` (> 0) and `total_frames` (> 0, or -1 for endless)."""
+    _check_int("frames_per_batch", frames_per_batch)
+    _check_int("total_frames", total_frames)
+    if frames_per_batch <= 0:
+        raise ValueError(
+            f"frames_per_batch={frames_per_batch} must be a positive number of frames, "
+            "e.g. frames_per_batch=1000."
+        )
+    if total_frames == 0 or total_frames < -1:
+        raise ValueError(
+            f"total_frames={total_frames} must be a positive number of frames, or -1 to "
+            "collect forever."
+        )
+
+
+@dataclass
+class BatchOptions:
+    """The per-batch options, validated: the post-processing pipeline and the sink."""
+
+    pipeline: list[Process] = field(default_factory=list)
+    replay_buffer: Any = None
+    return_same_td: bool = False
+    reset_at_each_iter: bool = False
+    weight_recv_schemes: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def validate(
+        cls,
+        *,
+        postproc: Process | None,
+        split_trajs: bool,
+        return_same_td: bool,
+        replay_buffer: Any,
+        extend_buffer: bool,
+        weight_sync_schemes: Mapping[str, Any] | None,
+        weight_recv_schemes: Mapping[str, Any] | None,
+        init_random_frames: int | None,
+        reset_at_each_iter: bool = False,
+    ) -> BatchOptions:
+        """Check every option and build the pipeline `[split_trajs, postproc]`."""
+        if postproc is not None and not callable(postproc):
+            raise TypeError(f"postproc must be a callable batch -> batch; got {postproc!r}.")
+        if replay_buffer is not None:
+            cls._check_buffer(replay_buffer, return_same_td, extend_buffer)
+        if weight_sync_schemes:
+            raise ValueError(
+                "weight_sync_schemes is for collectors with children (multi-process, Ray); "
+                "a single-process Collector only receives: use weight_recv_schemes."
+            )
+        schemes = dict(weight_recv_schemes or {})
+        for name, scheme in schemes.items():
+            if not callable(getattr(scheme, "receive", None)):
+                raise TypeError(
+                    f"weight_recv_schemes[{name!r}] must have a receive() method returning "
+                    f"weights or None; got {type(scheme).__name__}."
+                )
+        if init_random_frames is not None and init_random_frames < 0:
+            raise ValueError(f"init_random_frames={init_random_frames} must be >= 0 or None.")
+        pipeline: list[Process] = []
+        if split_trajs:
+            from rlcollect.transforms.split import SplitTrajectories
+
+            pipeline.append(SplitTrajectories())
+        if postproc is not None:
+            pipeline.append(postproc)
+        return cls(pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes)
+
+    @staticmethod
+    def _check_buffer(replay_buffer: Any, return_same_td: bool, extend_buffer: bool) -> None:
+        if not callable(getattr(replay_buffer, "extend", None)):
+            raise TypeError(
+                f"replay_buffer must have an extend() method; got {type(replay_buffer).__name__}."
+            )
+        if return_same_td:
+            raise ValueError(
+                "return_same_td=True cannot be used with replay_buffer: the buffer would "
+                "receive the same TensorDict every batch. Drop one of the two."
+            )
+        if not extend_buffer:
+            raise ValueError(
+                "extend_buffer=False (frame-by-frame writes) is not supported; batches are "
+                "written whole. Use extend_buffer=True."
+            )

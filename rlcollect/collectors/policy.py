@@ -1,0 +1,186 @@
+"""Policies as the collector runs them: resolved once, then called on carrier views per step.
+
+`resolve_policy` turns what the user passed into a TensorDict module (or None for random
+actions). `make_policy_step` then builds the per-step callable for a bound carrier:
+
+* `RandomStep` writes `action_spec.rand()` into the action slot;
+* `ModuleStep` is the fast path for a `TensorDictModule` around a plain module: its in/out keys
+  are resolved once, and each step calls the module on tensor views and copies its outputs into
+  the carrier, with no TensorDict built;
+* `DictStep` is the general fallback for any `td -> td` policy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from torch import nn
+
+from rlcollect import keys
+
+NestedKey = str | tuple[str, ...]
+_DICT_ARGUMENT_NAMES = ("tensordict", "td")
+
+
+def _takes_tensordict(forward: Callable) -> bool:
+    parameters = list(inspect.signature(forward).parameters.values())
+    if len(parameters) != 1:
+        return False
+    annotation = parameters[0].annotation
+    is_dict_type = isinstance(annotation, type) and issubclass(annotation, TensorDictBase)
+    return is_dict_type or parameters[0].name in _DICT_ARGUMENT_NAMES
+
+
+def _forward_names(module: nn.Module) -> list[str]:
+    parameters = inspect.signature(module.forward).parameters.values()
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> list[NestedKey]:
+    names = _forward_names(module)
+    by_leaf = {(key if isinstance(key, str) else key[-1]): key for key in observation_keys}
+    if names and all(name in by_leaf for name in names):
+        return [by_leaf[name] for name in names]
+    if len(names) == 1 and len(observation_keys) == 1:
+        return list(observation_keys)
+    raise TypeError(
+        f"cannot wrap policy {type(module).__name__}: its forward arguments {names} do not match "
+        f"the env's observation keys {list(observation_keys)}. Name the forward arguments after "
+        "the observation keys, or wrap it yourself: TensorDictModule(policy, "
+        "in_keys=[...], out_keys=['action'])."
+    )
+
+
+def resolve_policy(policy: Any, observation_keys: Sequence[NestedKey]) -> Any:
+    """The policy as a `td -> td` callable, or None for random actions.
+
+    A TensorDict module is used as is; a plain `nn.Module` whose forward takes one
+    TensorDict is called on TensorDicts; any other `nn.Module` is wrapped in a
+    `TensorDictModule` reading the observation keys its forward names and writing `"action"`.
+
+    Raises:
+        TypeError: when the policy is neither of those.
+    """
+    if policy is None or isinstance(policy, TensorDictModuleBase):
+        return policy
+    if isinstance(policy, nn.Module):
+        if _takes_tensordict(policy.forward):
+            return policy
+        in_keys = _match_in_keys(policy, observation_keys)
+        return TensorDictModule(policy, in_keys=in_keys, out_keys=[keys.ACTION])
+    if callable(policy) and _takes_tensordict(policy):
+        return policy
+    raise TypeError(
+        f"policy must be None, a TensorDict module, an nn.Module or a callable taking a "
+        f"TensorDict; got {type(policy).__name__}. Wrap a plain function with "
+        "TensorDictModule(fn, in_keys=['observation'], out_keys=['action'])."
+    )
+
+
+def policy_outputs(policy: Any, root: TensorDictBase) -> TensorDictBase:
+    """Run the policy once on a prototype root and return the entries it produced."""
+    before = set(root.keys(include_nested=True, leaves_only=True))
+    with torch.no_grad():
+        result = policy(root.clone())
+    produced = [
+        key
+        for key in result.keys(include_nested=True, leaves_only=True)
+        if key not in before or key == keys.ACTION
+    ]
+    if keys.ACTION not in result:
+        raise ValueError(
+            f"the policy must write 'action' into the TensorDict; it produced {produced} "
+            "instead. Set out_keys=['action', ...] on the TensorDictModule."
+        )
+    return result.select(*produced)
+
+
+def _time_views(tensor: torch.Tensor, time_dim: int, count: int) -> list[torch.Tensor]:
+    return [tensor.select(time_dim, t) for t in range(count)]
+
+
+class RandomStep:
+    """Writes a random action from the action spec into the carrier at step t."""
+
+    def __init__(self, action_spec: Any, carrier: TensorDictBase, time_dim: int) -> None:
+        self._spec = action_spec
+        self._slots = _time_views(carrier.get(keys.ACTION), time_dim, carrier.shape[time_dim])
+
+    def __call__(self, t: int) -> None:
+        self._slots[t].copy_(self._spec.rand())
+
+
+class ModuleStep:
+    """Fast path: `module(*inputs[t])` with outputs copied into the carrier slots of step t."""
+
+    def __init__(
+        self,
+        policy: TensorDictModule,
+        carrier: TensorDictBase,
+        time_dim: int,
+        policy_device: torch.device | None,
+    ) -> None:
+        length = carrier.shape[time_dim]
+        self._module = policy.module
+        inputs = [_time_views(carrier.get(k), time_dim, length) for k in policy.in_keys]
+        outputs = [_time_views(carrier.get(k), time_dim, length) for k in policy.out_keys]
+        self._inputs = list(zip(*inputs, strict=True))
+        self._outputs = list(zip(*outputs, strict=True))
+        self._device = policy_device
+        self._single_output = len(policy.out_keys) == 1
+
+    def __call__(self, t: int) -> None:
+        inputs = self._inputs[t]
+        if self._device is not None:
+            inputs = tuple(x.to(self._device, non_blocking=True) for x in inputs)
+        result = self._module(*inputs)
+        if self._single_output:
+            self._outputs[t][0].copy_(result if isinstance(result, torch.Tensor) else result[0])
+            return
+        for slot, value in zip(self._outputs[t], result, strict=True):
+            slot.copy_(value)
+
+
+class DictStep:
+    """General path: the policy gets a TensorDict of the root at t; its outputs are copied back."""
+
+    def __init__(
+        self,
+        policy: Callable[[TensorDictBase], TensorDictBase],
+        carrier: TensorDictBase,
+        time_dim: int,
+        output_keys: Sequence[NestedKey],
+        policy_device: torch.device | None,
+    ) -> None:
+        self._policy = policy
+        self._root = carrier.exclude(keys.NEXT)
+        self._time_dim = time_dim
+        self._output_keys = list(output_keys)
+        self._device = policy_device
+        self._views: dict[int, TensorDictBase] = {}
+
+    def _view(self, t: int) -> TensorDictBase:
+        view = self._views.get(t)
+        if view is None:
+            view = self._root[(*([slice(None)] * self._time_dim), t)]
+            self._views[t] = view
+        return view
+
+    def __call__(self, t: int) -> None:
+        view = self._view(t)
+        request = view.exclude(*self._output_keys).copy()
+        if self._device is not None:
+            request = request.to(self._device, non_blocking=True)
+        result = self._policy(request)
+        for key in self._output_keys:
+            view.get(key).copy_(result.get(key))
+
+
+def is_fast_module(policy: Any) -> bool:
+    """Whether `policy` is a `TensorDictModule` whose module can be called on tensors."""
+    return type(policy) is TensorDictModule and not isinstance(policy.module, TensorDictModuleBase)

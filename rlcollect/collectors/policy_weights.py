@@ -1,0 +1,98 @@
+"""`PolicyHolder`: the collector's policy on its device, its weights and its version."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from torch import nn
+
+from rlcollect.collectors.policy import resolve_policy
+
+
+def _parameter_devices(module: Any) -> set[torch.device]:
+    if not isinstance(module, nn.Module):
+        return set()
+    tensors = [*module.parameters(), *module.buffers()]
+    return {tensor.device for tensor in tensors}
+
+
+class PolicyHolder:
+    """Holds the policy the collector runs, on `device`.
+
+    The user's policy is used as is when its parameters already live on `device`; otherwise a
+    deep copy is moved there, and `update()` with no argument copies the user's weights again.
+    """
+
+    def __init__(self, policy: Any, observation_keys: Sequence[Any], device: torch.device) -> None:
+        resolved = resolve_policy(policy, observation_keys)
+        self.device = device
+        self.version = 0
+        self._source = None
+        devices = _parameter_devices(resolved)
+        if devices and devices != {device}:
+            self._source = resolved
+            resolved = copy.deepcopy(resolved).to(device)
+        self.module = resolved
+
+    def _target_for(self, weights: Any) -> nn.Module:
+        module = self.module
+        wrapped_plain = isinstance(module, TensorDictModule) and not isinstance(
+            module.module, TensorDictModuleBase
+        )
+        if (
+            wrapped_plain
+            and isinstance(weights, nn.Module)
+            and not isinstance(weights, TensorDictModuleBase)
+        ):
+            return module.module
+        if wrapped_plain and isinstance(weights, Mapping):
+            names = set(dict(module.module.state_dict()))
+            if set(weights) <= names:
+                return module.module
+        return module
+
+    def update(self, weights: Any = None) -> None:
+        """Load new weights in place; bumps `version`.
+
+        Args:
+            weights: None (copy again from the policy the collector was given), an
+                `nn.Module` of the same structure, a state dict, or a TensorDict of parameters
+                as given by `TensorDict.from_module(policy)`.
+        """
+        if self.module is None:
+            raise RuntimeError("the collector runs random actions; it has no policy weights.")
+        if weights is None:
+            weights = self._source
+        if weights is not None:
+            self._load(weights)
+        self.version += 1
+
+    @torch.no_grad()
+    def _load(self, weights: Any) -> None:
+        target = self._target_for(weights)
+        if isinstance(weights, TensorDictBase):
+            TensorDict.from_module(target).update_(weights.to(self.device))
+        elif isinstance(weights, nn.Module):
+            target.load_state_dict(weights.state_dict())
+        elif isinstance(weights, Mapping):
+            target.load_state_dict(dict(weights))
+        else:
+            raise TypeError(
+                "update_policy_weights_ takes None, an nn.Module, a state dict or a "
+                f"TensorDict of parameters; got {type(weights).__name__}."
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The policy's state dict (empty for random actions)."""
+        return self.module.state_dict() if isinstance(self.module, nn.Module) else {}
+
+    def load_state_dict(self, state: Mapping[str, Any], version: int) -> None:
+        """Restore weights and version from a collector checkpoint."""
+        if isinstance(self.module, nn.Module) and state:
+            self.module.load_state_dict(dict(state))
+        self.version = version

@@ -1,0 +1,87 @@
+"""`StepLimit`: a buffer-first env wrapper that counts steps and truncates long trajectories.
+
+The collector wraps the env in it for `max_frames_per_traj`: it writes `"step_count"` (root and
+`"next"`), and marks `("next", "truncated")` and `("next", "done")` at the limit, so the wrapped
+env's `advance_into` resets the sub-env as for any other done step.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import keys
+from rlcollect.envs.base import EnvBase
+from rlcollect.envs.specs import Unbounded
+
+
+class StepLimit(EnvBase):
+    """Counts steps per sub-env and truncates a trajectory after `max_steps` steps.
+
+    Semantics follow TorchRL's `StepCounter`: the root `step_count` is 0 after a reset, the
+    `("next", "step_count")` of the first step is 1.
+    """
+
+    def __init__(self, env: EnvBase, max_steps: int) -> None:
+        if keys.STEP_COUNT in env.observation_spec:
+            raise ValueError(
+                "max_frames_per_traj is set but the env already counts steps (it has a "
+                f"'{keys.STEP_COUNT}' key); drop its StepCounter or unset max_frames_per_traj."
+            )
+        if max_steps < 1:
+            raise ValueError(f"max_frames_per_traj must be >= 1; got {max_steps}.")
+        super().__init__(env.batch_size, env.device)
+        self.env = env
+        self.max_steps = max_steps
+        self.observation_spec = env.observation_spec.clone()
+        shape = (*env.batch_size, 1)
+        self.observation_spec[keys.STEP_COUNT] = Unbounded(shape=shape, dtype=torch.int64)
+        self.action_spec = env.action_spec
+        self.reward_spec = env.reward_spec
+        self.done_spec = env.done_spec
+
+    @property
+    def observation_keys(self) -> list[tuple[str, ...]]:
+        return [*self.env.observation_keys, (keys.STEP_COUNT,)]
+
+    def _bind(self, carrier: TensorDictBase) -> None:
+        self.env.bind(carrier)
+        time_dim = len(self.batch_size)
+        next_td = carrier.get(keys.NEXT)
+        self._root_count = carrier.get(keys.STEP_COUNT)
+        self._time_dim = time_dim
+        self._next_count = next_td.get(keys.STEP_COUNT)
+        self._next_truncated = next_td.get(keys.TRUNCATED)
+        self._next_done = next_td.get(keys.DONE)
+
+    def _at(self, tensor: torch.Tensor, t: int) -> torch.Tensor:
+        return tensor.select(self._time_dim, t)
+
+    def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
+        self.env.reset_into(t, mask)
+        count = self._at(self._root_count, t)
+        if mask is None:
+            count.zero_()
+        else:
+            count.masked_fill_(mask.reshape(count.shape[:-1]).unsqueeze(-1), 0)
+
+    def step_into(self, t: int) -> None:
+        self.env.step_into(t)
+        count = self._at(self._next_count, t)
+        torch.add(self._at(self._root_count, t), 1, out=count)
+        limit = count >= self.max_steps
+        self._at(self._next_truncated, t).logical_or_(limit)
+        self._at(self._next_done, t).logical_or_(limit)
+
+    def advance_into(self, t: int) -> None:
+        self._at(self._root_count, t + 1).copy_(self._at(self._next_count, t))
+        self.env.advance_into(t)
+        done = self._at(self._next_done, t)
+        self._at(self._root_count, t + 1).masked_fill_(done, 0)
+
+    def set_seed(self, seed: int) -> int:
+        return self.env.set_seed(seed)
+
+    def close(self) -> None:
+        self.env.close()
+        super().close()

@@ -1,0 +1,76 @@
+"""`TorchRLEnv`: a TorchRL env seen through rlcollect's env protocol (TensorDict face first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import keys
+from rlcollect.envs.base import EnvBase
+
+
+def is_torchrl_env(env: Any) -> bool:
+    """Whether `env` looks like a TorchRL `EnvBase` (duck-typed: TorchRL stays optional)."""
+    module = type(env).__module__
+    return module.startswith("torchrl.") or any(
+        cls.__module__.startswith("torchrl.envs") for cls in type(env).__mro__
+    )
+
+
+class TorchRLEnv(EnvBase):
+    """Wraps a TorchRL env so that rlcollect collectors can drive it.
+
+    The TorchRL env keeps its own specs; its buffer face is derived from its TensorDict face
+    through carrier views, so it is slower than a native env but exact.
+
+    Args:
+        env: a `torchrl.envs.EnvBase` instance.
+    """
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env.batch_size, env.device or "cpu")
+        self.env = env
+        self.observation_spec = env.observation_spec
+        self.action_spec = env.action_spec
+        self.reward_spec = env.reward_spec
+        self.done_spec = env.output_spec["full_done_spec"]
+
+    @property
+    def observation_keys(self) -> list[tuple[str, ...]]:
+        found = self.env.observation_spec.keys(include_nested=True, leaves_only=True)
+        return [key if isinstance(key, tuple) else (key,) for key in found]
+
+    @property
+    def done_keys(self) -> list[str]:
+        return list(self.env.done_keys)
+
+    def fake_tensordict(self) -> TensorDictBase:
+        return self.env.fake_tensordict()
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        result = self.env.reset(tensordict)
+        return result.exclude(keys.NEXT)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self.env.step(tensordict).get(keys.NEXT)
+
+    def _set_seed(self, seed: int) -> int:
+        return int(self.env.set_seed(seed))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.env.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.load_state_dict(state)
+
+    def close(self) -> None:
+        if not self.is_closed:
+            self.env.close()
+        super().close()
+
+
+def as_device(value: Any) -> torch.device:
+    """`torch.device(value)`, with None meaning the CPU."""
+    return torch.device(value) if value is not None else torch.device("cpu")
