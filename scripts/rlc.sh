@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up a virtual environment from nothing and run one of the project's jobs.
+#   bash scripts/rlc.sh train [hydra overrides]  -> examples/ppo.py (the default experiment)
+#   bash scripts/rlc.sh test  [pytest args]      -> the test suite
+#   bash scripts/rlc.sh bench                    -> benchmarks/*.py
+#   bash scripts/rlc.sh lint                     -> ruff
+# torch==2.13.0 is installed first, on its own: a CPU build is what a fresh machine gets, and
+# letting pip resolve torch through other packages would pull a newer CUDA build (gigabytes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON_BIN=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+setup() {
+  local extras=$1
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON_BIN" -m venv "$VENV"
+  fi
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+}
+
+job=${1:-}
+[ $# -gt 0 ] && shift
+case "$job" in
+  train) setup examples; exec "$VENV/bin/python" examples/ppo.py "$@" ;;
+  test) setup test,examples; exec "$VENV/bin/python" -m pytest "$@" ;;
+  bench)
+    setup bench,examples
+    for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/replay.py; do
+      "$VENV/bin/python" "$script" "$@"
+    done ;;
+  lint) setup dev; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . ;;
+  *) echo "usage: bash scripts/rlc.sh {train|test|bench|lint} [args...]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,80 @@
+"""The device split: resolution rules on any machine, real CUDA runs where there is a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlcollect import Collector
+from rlcollect.collectors.devices import DeviceSplit
+from rlcollect.envs import GymEnv
+from tests.collectors.policies import greedy_module
+
+CPU = torch.device("cpu")
+META = torch.device("meta")
+
+
+def test_device_fills_unset_devices() -> None:
+    split = DeviceSplit.resolve(env_own_device=CPU, device="meta")
+    assert split == DeviceSplit(env=META, policy=META, storing=META)
+
+
+def test_env_device_defaults_to_env_then_others_follow() -> None:
+    split = DeviceSplit.resolve(env_own_device=CPU)
+    assert split == DeviceSplit(env=CPU, policy=CPU, storing=CPU)
+    assert not split.policy_crosses and not split.storing_crosses
+
+
+def test_explicit_devices_win_over_device() -> None:
+    split = DeviceSplit.resolve(env_own_device=CPU, device="meta", env_device="cpu",
+                                storing_device="cpu")
+    assert split == DeviceSplit(env=CPU, policy=META, storing=CPU)
+    assert split.policy_crosses and not split.storing_crosses
+
+
+def test_policy_on_its_device_is_not_copied() -> None:
+    policy = greedy_module()
+    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10,
+                          device="cpu")
+    assert collector.policy.module is policy
+
+
+@pytest.mark.parametrize("argument", ["device", "storing_device", "policy_device", "env_device"])
+def test_unknown_device_string_is_refused(argument: str) -> None:
+    with pytest.raises(ValueError, match=f"{argument}='gpu0' is not a device"):
+        Collector("CartPole-v1", None, frames_per_batch=10, **{argument: "gpu0"})
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_policy_on_cuda_env_on_cpu_storing_on_cuda() -> None:
+    policy = greedy_module()
+    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=20, total_frames=40,
+                          policy_device="cuda", storing_device="cuda")
+    assert collector.policy.module is not policy  # a copy moved to CUDA
+    assert next(collector.policy.module.parameters()).device.type == "cuda"
+    batches = list(collector)
+    assert all(batch["observation"].device.type == "cuda" for batch in batches)
+    reference = Collector(GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=20,
+                          total_frames=40)
+    collector_env_seeded = Collector(GymEnv("CartPole-v1"), greedy_module(),
+                                     frames_per_batch=20, total_frames=40, policy_device="cuda")
+    reference.set_seed(1)
+    collector_env_seeded.set_seed(1)
+    for mine, theirs in zip(collector_env_seeded, reference, strict=True):
+        assert torch.equal(mine["action"], theirs["action"])
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_update_weights_copies_into_cuda_policy() -> None:
+    policy = greedy_module()
+    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=20,
+                          device="cuda", env_device="cpu")
+    with torch.no_grad():
+        policy.module.linear.bias.fill_(3.0)
+    collector.update_policy_weights_()
+    assert torch.equal(collector.policy.module.module.linear.bias.cpu(), torch.full((2,), 3.0))

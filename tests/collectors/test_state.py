@@ -1,0 +1,79 @@
+"""Collector state: state_dict / load_state_dict, seeding and reset."""
+
+from __future__ import annotations
+
+import torch
+
+from rlcollect import Collector
+from rlcollect.envs import GymEnv
+from rlcollect.testing import CountingEnv
+from tests.collectors.policies import greedy_module
+
+
+def test_state_dict_resumes_frames_iterations_and_ids() -> None:
+    first = Collector(CountingEnv(episode_length=3, batch_size=(2,)), None, frames_per_batch=10,
+                      total_frames=40)
+    seen = torch.cat([first.next() for _ in range(2)], dim=-1)
+    state = first.state_dict()
+    assert state["frames"] == 20 and state["iterations"] == 2
+
+    resumed = Collector(CountingEnv(episode_length=3, batch_size=(2,)), None,
+                        frames_per_batch=10, total_frames=40)
+    resumed.load_state_dict(state)
+    assert resumed.frames == 20 and resumed.iterations == 2
+    rest = list(resumed)
+    assert len(rest) == 2
+    old_ids = set(seen["collector", "traj_ids"].flatten().tolist())
+    new_ids = set(torch.cat(rest, dim=-1)["collector", "traj_ids"].flatten().tolist())
+    assert not old_ids & new_ids
+    assert min(new_ids) == max(old_ids) + 1
+
+
+def test_state_dict_restores_policy_weights() -> None:
+    source = Collector(GymEnv("CartPole-v1"), greedy_module(seed=1), frames_per_batch=10,
+                       total_frames=10)
+    target = Collector(GymEnv("CartPole-v1"), greedy_module(seed=2), frames_per_batch=10,
+                       total_frames=10)
+    source.update_policy_weights_()
+    target.load_state_dict(source.state_dict())
+    for name, value in source.policy.module.state_dict().items():
+        assert torch.equal(value, target.policy.module.state_dict()[name])
+    assert target.policy_version == 1
+
+
+def test_set_seed_makes_runs_reproducible() -> None:
+    def run(seed: int) -> torch.Tensor:
+        collector = Collector(GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=30,
+                              total_frames=30)
+        assert collector.set_seed(seed) == seed + 1
+        return collector.next()["observation"]
+
+    assert torch.equal(run(4), run(4))
+    assert not torch.equal(run(4), run(5))
+
+
+def test_reset_starts_new_trajectory() -> None:
+    collector = Collector(CountingEnv(episode_length=100), None, frames_per_batch=4,
+                          total_frames=12)
+    collector.next()
+    collector.reset()
+    batch = collector.next()
+    assert batch["observation"].flatten().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert (batch["collector", "traj_ids"] == 1).all()
+
+
+def test_weight_recv_scheme_is_polled_before_each_batch() -> None:
+    class InboxScheme:
+        def __init__(self) -> None:
+            self.inbox: list[dict[str, torch.Tensor]] = []
+
+        def receive(self) -> dict[str, torch.Tensor] | None:
+            return self.inbox.pop() if self.inbox else None
+
+    scheme = InboxScheme()
+    collector = Collector(GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=10,
+                          total_frames=30, weight_recv_schemes={"policy": scheme})
+    collector.next()
+    scheme.inbox.append({"linear.weight": torch.zeros(2, 4), "linear.bias": torch.tensor([0., 1.])})
+    assert (collector.next()["action"].argmax(-1) == 1).all()
+    assert collector.policy_version == 1

@@ -1,0 +1,78 @@
+"""Bad collector input raises at construction with the argument, the value and the fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rlcollect import Collector
+from rlcollect.envs import GymEnv
+from rlcollect.replay import LazyTensorStorage, ReplayBuffer
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_frames_per_batch_must_be_positive(value: int) -> None:
+    with pytest.raises(ValueError, match=f"frames_per_batch={value} must be a positive"):
+        Collector("CartPole-v1", None, frames_per_batch=value)
+
+
+def test_frames_per_batch_must_be_int() -> None:
+    with pytest.raises(TypeError, match="frames_per_batch must be an int"):
+        Collector("CartPole-v1", None, frames_per_batch=10.5)
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_total_frames_zero_or_negative(value: int) -> None:
+    with pytest.raises(ValueError, match=f"total_frames={value} must be a positive"):
+        Collector("CartPole-v1", None, frames_per_batch=10, total_frames=value)
+
+
+def test_return_same_td_with_replay_buffer() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100))
+    with pytest.raises(ValueError, match="return_same_td=True cannot be used with replay_buffer"):
+        Collector("CartPole-v1", None, frames_per_batch=10, replay_buffer=buffer,
+                  return_same_td=True)
+
+
+def test_replay_buffer_needs_extend() -> None:
+    with pytest.raises(TypeError, match="replay_buffer must have an extend"):
+        Collector("CartPole-v1", None, frames_per_batch=10, replay_buffer=[])
+
+
+def test_policy_without_action_names_its_outputs() -> None:
+    policy = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])
+    with pytest.raises(ValueError, match=r"must write 'action'.*\['logits'\]"):
+        Collector("CartPole-v1", policy, frames_per_batch=10)
+
+
+def test_unwrappable_policy_says_how_to_wrap() -> None:
+    class TwoInputs(nn.Module):
+        def forward(self, position: torch.Tensor, speed: torch.Tensor) -> torch.Tensor:
+            return position
+
+    with pytest.raises(TypeError, match=r"wrap it yourself: TensorDictModule"):
+        Collector("CartPole-v1", TwoInputs(), frames_per_batch=10)
+    with pytest.raises(TypeError, match="policy must be None, a TensorDict module"):
+        Collector("CartPole-v1", 42, frames_per_batch=10)
+
+
+def test_bad_env_arguments() -> None:
+    with pytest.raises(TypeError, match="create_env_fn must be an env"):
+        Collector(3, None, frames_per_batch=10)
+    with pytest.raises(ValueError, match="env_id='NoSuchEnv-v0' is not a registered"):
+        Collector("NoSuchEnv-v0", None, frames_per_batch=10)
+    with pytest.raises(TypeError, match="create_env_fn returned"):
+        Collector(lambda: "not an env", None, frames_per_batch=10)
+
+
+def test_weight_sync_schemes_refused_on_leaf_collector() -> None:
+    with pytest.raises(ValueError, match="use weight_recv_schemes"):
+        Collector("CartPole-v1", None, frames_per_batch=10, weight_sync_schemes={"policy": 1})
+
+
+def test_endless_collector_has_no_len() -> None:
+    collector = Collector(GymEnv("CartPole-v1"), None, frames_per_batch=10)
+    with pytest.raises(TypeError, match="endless collector"):
+        len(collector)
