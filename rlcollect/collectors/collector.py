@@ -149,6 +149,7 @@ class Collector:
         self.iterations = 0
         self._needs_reset = True
         self._start_time: float | None = None
+        self._frames_at_start = 0
 
     def _round_total(self, frames: int) -> int:
         if frames <= 0:
@@ -166,6 +167,8 @@ class Collector:
 
     def _collect(self) -> None:
         """Fill the carrier with one batch: prepare, run policy and env per step, account."""
+        if self._start_time is None:
+            self._start_time = time.perf_counter()
         self._poll_weight_schemes()
         env, layout = self.env, self.layout
         env.bind(layout.carrier)
@@ -187,8 +190,6 @@ class Collector:
         layout.finish_batch(self._trajectories, self._episodes, self.policy.version)
         self.frames += self.frames_per_batch
         self.iterations += 1
-        if self._start_time is None:
-            self._start_time = time.perf_counter()
 
     def _deliver(self) -> TensorDictBase:
         batch = self.layout.batch_view
@@ -199,6 +200,21 @@ class Collector:
         for process in self.options.pipeline:
             batch = process(batch)
         return batch
+
+    def collect_rollout(self, rollout: TensorDictBase) -> TensorDictBase:
+        """Collect one batch straight into `rollout` and return it (no intermediate batch).
+
+        `rollout` is a `[*env.batch_size, T + 1]` TensorDict such as
+        `RolloutBuffer.start_rollout()`: the collector writes its `[..., :T]` transitions and
+        the next observation at slot `T` (where the following rollout starts). Keys it lacks
+        are added to it once. Counts towards `total_frames` like a yielded batch.
+        """
+        if rollout is not self.layout.carrier:
+            self.layout = self.layout.adopt(rollout)
+            self._random_step = self.layout.random_step(self.env.action_spec)
+            self._policy_step = self.layout.policy_step(self.policy) or self._random_step
+        self._collect()
+        return rollout
 
     def _collect_into_buffer(self) -> bool:
         if self.is_done:
@@ -301,7 +317,7 @@ class Collector:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`: counters go on, no trajectory id is reused."""
-        self.frames = int(state["frames"])
+        self.frames = self._frames_at_start = int(state["frames"])
         self.iterations = int(state["iterations"])
         self._trajectories.next_id = max(self._trajectories.next_id, int(state["next_traj_id"]))
         self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
@@ -321,11 +337,11 @@ class Collector:
     def stats(self) -> dict[str, float]:
         """Frames, batches, frames/s, episodes finished and the recent mean episode return."""
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
-        counted = self.frames - self.frames_per_batch
+        collected = self.frames - self._frames_at_start
         return {
             "frames": self.frames,
             "batches": self.iterations,
-            "frames_per_second": counted / elapsed if elapsed > 0 and counted > 0 else 0.0,
+            "frames_per_second": collected / elapsed if elapsed > 0 else 0.0,
             "episodes": self._episodes.episodes,
             "mean_episode_return": self._episodes.mean_return,
         }
