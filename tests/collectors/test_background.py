@@ -38,8 +38,13 @@ def set_bias(module: GreedyPolicy, action: int) -> None:
 
 def test_iteration_extends_buffer_and_yields_none() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(1000))
-    collector = Collector(CountingEnv(batch_size=(2,)), None, frames_per_batch=20,
-                          total_frames=60, replay_buffer=buffer)
+    collector = Collector(
+        CountingEnv(batch_size=(2,)),
+        None,
+        frames_per_batch=20,
+        total_frames=60,
+        replay_buffer=buffer,
+    )
     results = list(collector)
     assert results == [None, None, None]
     assert len(buffer) == 60
@@ -49,8 +54,13 @@ def test_iteration_extends_buffer_and_yields_none() -> None:
 @pytest.mark.timeout(60)
 def test_start_fills_buffer_and_pause_freezes_it() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(100_000))
-    collector = Collector(GymEnv("CartPole-v1"), bias_policy(0), frames_per_batch=50,
-                          total_frames=-1, replay_buffer=buffer)
+    collector = Collector(
+        GymEnv("CartPole-v1"),
+        bias_policy(0),
+        frames_per_batch=50,
+        total_frames=-1,
+        replay_buffer=buffer,
+    )
     collector.start()
     try:
         wait_for(lambda: buffer.write_count >= 200)
@@ -72,8 +82,13 @@ def test_start_fills_buffer_and_pause_freezes_it() -> None:
 @pytest.mark.timeout(60)
 def test_weight_update_reaches_background_collection() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(100_000))
-    collector = Collector(GymEnv("CartPole-v1"), bias_policy(0), frames_per_batch=50,
-                          total_frames=-1, replay_buffer=buffer)
+    collector = Collector(
+        GymEnv("CartPole-v1"),
+        bias_policy(0),
+        frames_per_batch=50,
+        total_frames=-1,
+        replay_buffer=buffer,
+    )
     collector.start()
     try:
         wait_for(lambda: buffer.write_count >= 100)
@@ -93,8 +108,9 @@ def test_weight_update_reaches_background_collection() -> None:
 @pytest.mark.timeout(60)
 def test_start_stops_at_total_frames() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(1000))
-    collector = Collector(CountingEnv(), None, frames_per_batch=10, total_frames=50,
-                          replay_buffer=buffer)
+    collector = Collector(
+        CountingEnv(), None, frames_per_batch=10, total_frames=50, replay_buffer=buffer
+    )
     collector.start()
     wait_for(lambda: buffer.write_count == 50)
     time.sleep(0.1)

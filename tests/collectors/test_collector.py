@@ -60,9 +60,7 @@ def test_collector_matches_env_rollout_across_batches() -> None:
     collected = torch.cat(list(collector), dim=0)
     reference_env = GymEnv("CartPole-v1")
     reference_env.set_seed(3)
-    reference = reference_env.rollout(
-        frames_per_batch * batches, greedy, break_when_any_done=False
-    )
+    reference = reference_env.rollout(frames_per_batch * batches, greedy, break_when_any_done=False)
     assert int(collected["next", "done"].sum()) >= 2, "the run must cross episode boundaries"
     for key in reference.keys(include_nested=True, leaves_only=True):
         assert torch.equal(collected[key], reference[key]), key
@@ -96,7 +94,8 @@ def test_trajectory_ids_and_frames_batched(env_class: type) -> None:
     # ids are unique per trajectory across envs and batches, and handed out in step order
     all_ids = torch.unique(ids)
     assert all_ids.tolist() == list(range(len(all_ids)))
-    assert ids[0, 0] == 0 and ids[1, 0] == 1
+    assert ids[0, 0] == 0
+    assert ids[1, 0] == 1
     assert data["next", "observation"][0, :4].flatten().tolist() == [1.0, 2.0, 3.0, 1.0]
 
 
@@ -170,7 +169,10 @@ def test_max_frames_per_traj_refuses_env_that_counts() -> None:
 
 def test_reset_at_each_iter_starts_fresh_trajectories() -> None:
     collector = Collector(
-        CountingEnv(episode_length=100), None, frames_per_batch=5, total_frames=15,
+        CountingEnv(episode_length=100),
+        None,
+        frames_per_batch=5,
+        total_frames=15,
         reset_at_each_iter=True,
     )
     batches = list(collector)
@@ -180,19 +182,25 @@ def test_reset_at_each_iter_starts_fresh_trajectories() -> None:
 
 
 def test_trajectories_continue_across_batches() -> None:
-    collector = Collector(CountingEnv(episode_length=100), None, frames_per_batch=5, total_frames=10)
-    first, second = list(collector)
+    collector = Collector(
+        CountingEnv(episode_length=100), None, frames_per_batch=5, total_frames=10
+    )
+    _first, second = list(collector)
     assert second["observation"].flatten().tolist() == [5.0, 6.0, 7.0, 8.0, 9.0]
     assert (second["collector", "traj_ids"] == 0).all()
 
 
 def test_set_truncated_marks_last_step() -> None:
     collector = Collector(
-        CountingEnv(episode_length=100, batch_size=(2,)), None, frames_per_batch=10,
-        total_frames=20, set_truncated=True,
+        CountingEnv(episode_length=100, batch_size=(2,)),
+        None,
+        frames_per_batch=10,
+        total_frames=20,
+        set_truncated=True,
     )
     first, second = list(collector)
-    assert first["next", "truncated"][:, -1].all() and first["next", "done"][:, -1].all()
+    assert first["next", "truncated"][:, -1].all()
+    assert first["next", "done"][:, -1].all()
     assert not first["next", "truncated"][:, :-1].any()
     assert not first["next", "terminated"].any()
     assert (second["collector", "traj_ids"] != first["collector", "traj_ids"][:, -1:]).all()
@@ -201,17 +209,22 @@ def test_set_truncated_marks_last_step() -> None:
 def test_init_random_frames_then_policy() -> None:
     policy = TensorDictModule(
         lambda observation: torch.ones(observation.shape[:-1], dtype=torch.int64),
-        in_keys=["observation"], out_keys=["action"],
+        in_keys=["observation"],
+        out_keys=["action"],
     )
     torch.manual_seed(0)
     collector = Collector(
-        CountingEnv(batch_size=(4,)), policy, frames_per_batch=40, total_frames=120,
+        CountingEnv(batch_size=(4,)),
+        policy,
+        frames_per_batch=40,
+        total_frames=120,
         init_random_frames=50,
     )
     assert collector.init_random_frames == 80
     batches = list(collector)
     random_actions = torch.cat([b["action"] for b in batches[:2]])
-    assert (random_actions == 0).any() and (random_actions == 1).any()
+    assert (random_actions == 0).any()
+    assert (random_actions == 1).any()
     assert (batches[2]["action"] == 1).all()
 
 
@@ -235,12 +248,16 @@ def test_postproc_applied_after_split() -> None:
         return batch
 
     collector = Collector(
-        CountingEnv(episode_length=4), None, frames_per_batch=10, total_frames=10,
-        split_trajs=True, postproc=postproc,
+        CountingEnv(episode_length=4),
+        None,
+        frames_per_batch=10,
+        total_frames=10,
+        split_trajs=True,
+        postproc=postproc,
     )
     data = collector.next()
     assert seen == [torch.Size([3, 4])]
-    assert "marker" in data.keys()
+    assert "marker" in data
     assert data["collector", "mask"].sum() == 10
     assert data["collector", "mask"].tolist()[-1] == [True, True, False, False]
 
@@ -270,18 +287,22 @@ def test_tensordict_policy_fallback_path() -> None:
     class DictPolicy(nn.Module):
         def forward(self, tensordict: TensorDict) -> TensorDict:
             count = tensordict["observation"].squeeze(-1)
-            tensordict["action"] = (count.long() % 2)
+            tensordict["action"] = count.long() % 2
             return tensordict
 
-    collector = Collector(CountingEnv(episode_length=100), DictPolicy(), frames_per_batch=6,
-                          total_frames=6)
+    collector = Collector(
+        CountingEnv(episode_length=100), DictPolicy(), frames_per_batch=6, total_frames=6
+    )
     data = collector.next()
     assert data["action"].tolist() == [0, 1, 0, 1, 0, 1]
 
 
 def test_track_policy_version() -> None:
     collector = Collector(
-        GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=10, total_frames=30,
+        GymEnv("CartPole-v1"),
+        greedy_module(),
+        frames_per_batch=10,
+        total_frames=30,
         track_policy_version=True,
     )
     first = collector.next()
@@ -306,15 +327,17 @@ def test_update_policy_weights_changes_actions() -> None:
         flipped.linear.bias.copy_(torch.tensor([0.0, 1.0]))
     collector.update_policy_weights_(flipped)
     assert (collector.next()["action"].argmax(-1) == 1).all()
-    collector.update_policy_weights_({"linear.weight": torch.zeros(2, 4),
-                                      "linear.bias": torch.tensor([1.0, 0.0])})
+    collector.update_policy_weights_(
+        {"linear.weight": torch.zeros(2, 4), "linear.bias": torch.tensor([1.0, 0.0])}
+    )
     assert (collector.next()["action"].argmax(-1) == 0).all()
     assert collector.policy_version == 2
 
 
 def test_stats_counts_episodes_and_returns() -> None:
-    collector = Collector(CountingEnv(episode_length=4, batch_size=(2,)), None,
-                          frames_per_batch=20, total_frames=40)
+    collector = Collector(
+        CountingEnv(episode_length=4, batch_size=(2,)), None, frames_per_batch=20, total_frames=40
+    )
     list(collector)
     stats = collector.stats()
     assert stats["frames"] == 40
@@ -344,8 +367,11 @@ def test_exploration_type_is_set_during_collection() -> None:
             return torch.zeros(observation.shape[:-1], dtype=torch.int64)
 
     collector = Collector(
-        CountingEnv(), TensorDictModule(Probe(), ["observation"], ["action"]),
-        frames_per_batch=2, total_frames=2, exploration_type=InteractionType.DETERMINISTIC,
+        CountingEnv(),
+        TensorDictModule(Probe(), ["observation"], ["action"]),
+        frames_per_batch=2,
+        total_frames=2,
+        exploration_type=InteractionType.DETERMINISTIC,
     )
     collector.next()
     assert seen[-1] == InteractionType.DETERMINISTIC
@@ -353,8 +379,9 @@ def test_exploration_type_is_set_during_collection() -> None:
 
 def test_gym_id_string_and_callable() -> None:
     by_id = Collector("CartPole-v1", None, frames_per_batch=10, total_frames=10)
-    by_callable = Collector(lambda: GymEnv("Pendulum-v1"), None, frames_per_batch=10,
-                            total_frames=10)
+    by_callable = Collector(
+        lambda: GymEnv("Pendulum-v1"), None, frames_per_batch=10, total_frames=10
+    )
     assert by_id.next()["observation"].shape == (10, 4)
     assert by_callable.next()["action"].shape == (10, 1)
 

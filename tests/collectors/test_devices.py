@@ -22,20 +22,24 @@ def test_device_fills_unset_devices() -> None:
 def test_env_device_defaults_to_env_then_others_follow() -> None:
     split = DeviceSplit.resolve(env_own_device=CPU)
     assert split == DeviceSplit(env=CPU, policy=CPU, storing=CPU)
-    assert not split.policy_crosses and not split.storing_crosses
+    assert not split.policy_crosses
+    assert not split.storing_crosses
 
 
 def test_explicit_devices_win_over_device() -> None:
-    split = DeviceSplit.resolve(env_own_device=CPU, device="meta", env_device="cpu",
-                                storing_device="cpu")
+    split = DeviceSplit.resolve(
+        env_own_device=CPU, device="meta", env_device="cpu", storing_device="cpu"
+    )
     assert split == DeviceSplit(env=CPU, policy=META, storing=CPU)
-    assert split.policy_crosses and not split.storing_crosses
+    assert split.policy_crosses
+    assert not split.storing_crosses
 
 
 def test_policy_on_its_device_is_not_copied() -> None:
     policy = greedy_module()
-    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10,
-                          device="cpu")
+    collector = Collector(
+        GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10, device="cpu"
+    )
     assert collector.policy.module is policy
 
 
@@ -52,16 +56,28 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 @needs_cuda
 def test_policy_on_cuda_env_on_cpu_storing_on_cuda() -> None:
     policy = greedy_module()
-    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=20, total_frames=40,
-                          policy_device="cuda", storing_device="cuda")
+    collector = Collector(
+        GymEnv("CartPole-v1"),
+        policy,
+        frames_per_batch=20,
+        total_frames=40,
+        policy_device="cuda",
+        storing_device="cuda",
+    )
     assert collector.policy.module is not policy  # a copy moved to CUDA
     assert next(collector.policy.module.parameters()).device.type == "cuda"
     batches = list(collector)
     assert all(batch["observation"].device.type == "cuda" for batch in batches)
-    reference = Collector(GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=20,
-                          total_frames=40)
-    collector_env_seeded = Collector(GymEnv("CartPole-v1"), greedy_module(),
-                                     frames_per_batch=20, total_frames=40, policy_device="cuda")
+    reference = Collector(
+        GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=20, total_frames=40
+    )
+    collector_env_seeded = Collector(
+        GymEnv("CartPole-v1"),
+        greedy_module(),
+        frames_per_batch=20,
+        total_frames=40,
+        policy_device="cuda",
+    )
     reference.set_seed(1)
     collector_env_seeded.set_seed(1)
     for mine, theirs in zip(collector_env_seeded, reference, strict=True):
@@ -72,8 +88,14 @@ def test_policy_on_cuda_env_on_cpu_storing_on_cuda() -> None:
 @needs_cuda
 def test_update_weights_copies_into_cuda_policy() -> None:
     policy = greedy_module()
-    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=20,
-                          device="cuda", env_device="cpu")
+    collector = Collector(
+        GymEnv("CartPole-v1"),
+        policy,
+        frames_per_batch=10,
+        total_frames=20,
+        device="cuda",
+        env_device="cpu",
+    )
     with torch.no_grad():
         policy.module.linear.bias.fill_(3.0)
     collector.update_policy_weights_()

@@ -11,8 +11,9 @@ from rlcollect.testing import CountingEnv
 
 
 def test_collect_rollout_writes_in_place_and_chains() -> None:
-    collector = Collector(CountingEnv(episode_length=100, batch_size=(2,)), None,
-                          frames_per_batch=8, total_frames=-1)
+    collector = Collector(
+        CountingEnv(episode_length=100, batch_size=(2,)), None, frames_per_batch=8, total_frames=-1
+    )
     storage = TensorDict({"observation": torch.zeros(2, 5, 1)}, batch_size=[2, 5])
     observation = storage["observation"]
     result = collector.collect_rollout(storage)

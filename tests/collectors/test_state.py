@@ -11,16 +11,20 @@ from tests.collectors.policies import greedy_module
 
 
 def test_state_dict_resumes_frames_iterations_and_ids() -> None:
-    first = Collector(CountingEnv(episode_length=3, batch_size=(2,)), None, frames_per_batch=10,
-                      total_frames=40)
+    first = Collector(
+        CountingEnv(episode_length=3, batch_size=(2,)), None, frames_per_batch=10, total_frames=40
+    )
     seen = torch.cat([first.next() for _ in range(2)], dim=-1)
     state = first.state_dict()
-    assert state["frames"] == 20 and state["iterations"] == 2
+    assert state["frames"] == 20
+    assert state["iterations"] == 2
 
-    resumed = Collector(CountingEnv(episode_length=3, batch_size=(2,)), None,
-                        frames_per_batch=10, total_frames=40)
+    resumed = Collector(
+        CountingEnv(episode_length=3, batch_size=(2,)), None, frames_per_batch=10, total_frames=40
+    )
     resumed.load_state_dict(state)
-    assert resumed.frames == 20 and resumed.iterations == 2
+    assert resumed.frames == 20
+    assert resumed.iterations == 2
     rest = list(resumed)
     assert len(rest) == 2
     old_ids = set(seen["collector", "traj_ids"].flatten().tolist())
@@ -30,10 +34,12 @@ def test_state_dict_resumes_frames_iterations_and_ids() -> None:
 
 
 def test_state_dict_restores_policy_weights() -> None:
-    source = Collector(GymEnv("CartPole-v1"), greedy_module(seed=1), frames_per_batch=10,
-                       total_frames=10)
-    target = Collector(GymEnv("CartPole-v1"), greedy_module(seed=2), frames_per_batch=10,
-                       total_frames=10)
+    source = Collector(
+        GymEnv("CartPole-v1"), greedy_module(seed=1), frames_per_batch=10, total_frames=10
+    )
+    target = Collector(
+        GymEnv("CartPole-v1"), greedy_module(seed=2), frames_per_batch=10, total_frames=10
+    )
     source.update_policy_weights_()
     target.load_state_dict(source.state_dict())
     for name, value in source.policy.module.state_dict().items():
@@ -43,8 +49,9 @@ def test_state_dict_restores_policy_weights() -> None:
 
 def test_set_seed_makes_runs_reproducible() -> None:
     def run(seed: int) -> torch.Tensor:
-        collector = Collector(GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=30,
-                              total_frames=30)
+        collector = Collector(
+            GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=30, total_frames=30
+        )
         assert collector.set_seed(seed) == seed + 1
         return collector.next()["observation"]
 
@@ -53,8 +60,9 @@ def test_set_seed_makes_runs_reproducible() -> None:
 
 
 def test_reset_starts_new_trajectory() -> None:
-    collector = Collector(CountingEnv(episode_length=100), None, frames_per_batch=4,
-                          total_frames=12)
+    collector = Collector(
+        CountingEnv(episode_length=100), None, frames_per_batch=4, total_frames=12
+    )
     collector.next()
     collector.reset()
     batch = collector.next()
@@ -71,9 +79,16 @@ def test_weight_recv_scheme_is_polled_before_each_batch() -> None:
             return self.inbox.pop() if self.inbox else None
 
     scheme = InboxScheme()
-    collector = Collector(GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=10,
-                          total_frames=30, weight_recv_schemes={"policy": scheme})
+    collector = Collector(
+        GymEnv("CartPole-v1"),
+        greedy_module(),
+        frames_per_batch=10,
+        total_frames=30,
+        weight_recv_schemes={"policy": scheme},
+    )
     collector.next()
-    scheme.inbox.append({"linear.weight": torch.zeros(2, 4), "linear.bias": torch.tensor([0., 1.])})
+    scheme.inbox.append(
+        {"linear.weight": torch.zeros(2, 4), "linear.bias": torch.tensor([0.0, 1.0])}
+    )
     assert (collector.next()["action"].argmax(-1) == 1).all()
     assert collector.policy_version == 1

@@ -21,14 +21,20 @@ def collect_both(**options: object) -> tuple[list[TensorDict], list[TensorDict]]
     ours_env = GymEnv("CartPole-v1")
     ours_env.set_seed(7)
     ours = Collector(
-        ours_env, greedy_module(), frames_per_batch=FRAMES_PER_BATCH, total_frames=TOTAL_FRAMES,
+        ours_env,
+        greedy_module(),
+        frames_per_batch=FRAMES_PER_BATCH,
+        total_frames=TOTAL_FRAMES,
         **options,
     )
     theirs_env = torchrl_envs.GymEnv("CartPole-v1")
     theirs_env.set_seed(7)
     theirs = torchrl_collectors.Collector(
-        theirs_env, greedy_module(), frames_per_batch=FRAMES_PER_BATCH,
-        total_frames=TOTAL_FRAMES, **options,
+        theirs_env,
+        greedy_module(),
+        frames_per_batch=FRAMES_PER_BATCH,
+        total_frames=TOTAL_FRAMES,
+        **options,
     )
     try:
         return list(ours), list(theirs)

@@ -32,8 +32,9 @@ def test_total_frames_zero_or_negative(value: int) -> None:
 def test_return_same_td_with_replay_buffer() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(100))
     with pytest.raises(ValueError, match="return_same_td=True cannot be used with replay_buffer"):
-        Collector("CartPole-v1", None, frames_per_batch=10, replay_buffer=buffer,
-                  return_same_td=True)
+        Collector(
+            "CartPole-v1", None, frames_per_batch=10, replay_buffer=buffer, return_same_td=True
+        )
 
 
 def test_replay_buffer_needs_extend() -> None:
