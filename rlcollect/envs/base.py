@@ -166,6 +166,7 @@ class EnvBase:
         self.advance_into(t)
 
     def _carrier_views(self) -> CarrierViews:
+        self._check_open()
         if self._carrier is None:
             raise MisuseError(
                 f"{type(self).__name__} has no carrier bound; call env.bind(carrier) before "

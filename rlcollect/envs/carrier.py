@@ -70,9 +70,7 @@ class CarrierViews:
             self._next_views[t] = view
         return view
 
-    def write_root(
-        self, t: int, values: TensorDictBase, mask: torch.Tensor | None = None
-    ) -> None:
+    def write_root(self, t: int, values: TensorDictBase, mask: torch.Tensor | None = None) -> None:
         """Copy `values` into the root at `t`; with `mask`, only the selected sub-envs."""
         view = self.root(t)
         for key in values.keys(include_nested=True, leaves_only=True):

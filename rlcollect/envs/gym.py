@@ -87,7 +87,7 @@ class GymEnv(EnvBase):
         flag = Categorical(2, shape=(1,), dtype=torch.bool)
         self.done_spec = Composite(dict.fromkeys(keys.DONE_KEYS, flag))
         is_dict_space = isinstance(env.observation_space, gym.spaces.Dict)
-        self._paths = observation_paths(self.observation_spec, is_dict_space)
+        self._paths = observation_paths(self.observation_spec, is_dict_space, env.observation_space)
         self._read_action = action_reader(self.action_spec, env.action_space)
         self._last_observation: Any = None
 
@@ -114,6 +114,7 @@ class GymEnv(EnvBase):
         self._next_done_rows = self._next_flag_rows[0][..., 0]
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
+        self._check_open()
         if mask is not None and not bool(mask):
             return
         observation, _ = self._env.reset()
@@ -122,6 +123,7 @@ class GymEnv(EnvBase):
             rows[t] = False
 
     def step_into(self, t: int) -> None:
+        self._check_open()
         action = self._read_action(self._action_rows[t])
         observation, reward, terminated, truncated, _ = self._env.step(action)
         self._write_observation(self._next_rows, t, observation)

@@ -73,20 +73,35 @@ class ValuePath:
     key: tuple[str, ...]
     path: tuple[Any, ...]
     one_hot: bool
+    start: Any = None
 
     def extract(self, observation: Any) -> Any:
         for part in self.path:
             observation = observation[part]
+        if self.start is not None:
+            observation = observation - self.start
         return observation
 
 
-def observation_paths(spec: Composite, is_dict_space: bool) -> list[ValuePath]:
+def index_start(space: gym.Space) -> Any:
+    """The `start` of a Discrete / MultiDiscrete space (indices are stored from 0), or None."""
+    start = getattr(space, "start", None)
+    return start if start is not None and np.any(start) else None
+
+
+def observation_paths(
+    spec: Composite, is_dict_space: bool, space: gym.Space | None = None
+) -> list[ValuePath]:
     """One `ValuePath` per observation leaf, mapping carrier keys to Gymnasium values."""
     paths = []
     for key, leaf in spec.leaves():
         gym_path: tuple[Any, ...] = key if is_dict_space else key[1:]
         gym_path = tuple(int(part) if part.isdigit() else part for part in gym_path)
-        paths.append(ValuePath(key, gym_path, isinstance(leaf, OneHot)))
+        leaf_space = space
+        for part in gym_path if space is not None else ():
+            leaf_space = leaf_space[part]  # type: ignore[index]
+        start = index_start(leaf_space) if leaf_space is not None else None
+        paths.append(ValuePath(key, gym_path, isinstance(leaf, OneHot), start))
     return paths
 
 
@@ -101,10 +116,12 @@ def write_value(rows: np.ndarray, t: int, value: Any, one_hot: bool) -> None:
 
 def action_reader(spec: TensorSpec, space: gym.Space) -> Callable[[np.ndarray], Any]:
     """A function turning a NumPy action row of the carrier into what `space` accepts."""
+    start = index_start(space)
+    offset = 0 if start is None else start
     if isinstance(spec, OneHot):
-        return lambda row: int(row.argmax())
+        return lambda row: int(row.argmax()) + offset
     if isinstance(space, gym.spaces.Discrete):
-        return lambda row: int(row)
+        return lambda row: int(row) + offset
     if isinstance(space, gym.spaces.Box):
         return lambda row: row.astype(space.dtype, copy=False)
-    return lambda row: np.array(row)
+    return lambda row: np.array(row) + offset

@@ -35,9 +35,7 @@ class TensorSpec:
 
     def zero(self, shape: ShapeLike = ()) -> torch.Tensor:
         """A zero-filled value of `shape + self.shape`."""
-        return torch.zeros(
-            (*_as_shape(shape), *self.shape), dtype=self.dtype, device=self.device
-        )
+        return torch.zeros((*_as_shape(shape), *self.shape), dtype=self.dtype, device=self.device)
 
     def is_in(self, value: torch.Tensor) -> bool:
         """Whether `value` has this spec's trailing shape and dtype, and lies in its domain."""
@@ -69,10 +67,15 @@ class TensorSpec:
         return clone
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(self) is type(other)
-            and self.shape == other.shape  # type: ignore[attr-defined]
-            and self.dtype == other.dtype  # type: ignore[attr-defined]
+        if type(self) is not type(other):
+            return False
+        if self.shape != other.shape or self.dtype != other.dtype:  # type: ignore[attr-defined]
+            return False
+        # the domain (bounds, number of choices) is part of the spec; the device is not
+        return all(
+            same_attribute(value, other.__dict__.get(name))
+            for name, value in self.__dict__.items()
+            if name not in ("shape", "dtype", "device")
         )
 
     def __hash__(self) -> int:
@@ -80,6 +83,13 @@ class TensorSpec:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+def same_attribute(first: object, second: object) -> bool:
+    """Equality of two spec attributes, comparing tensors by shape and values."""
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        return first.shape == second.shape and bool(torch.equal(first.cpu(), second.cpu()))
+    return first == second
 
 
 class Unbounded(TensorSpec):
@@ -222,7 +232,7 @@ class OneHot(TensorSpec):
 
     def _in_domain(self, value: torch.Tensor) -> bool:
         as_int = value.long()
-        return bool((((as_int == 0) | (as_int == 1)).all() and (as_int.sum(-1) == 1).all()))
+        return bool(((as_int == 0) | (as_int == 1)).all() and (as_int.sum(-1) == 1).all())
 
     def to_categorical(self, value: torch.Tensor) -> torch.Tensor:
         """The index of the hot entry of each one-hot vector."""
@@ -349,7 +359,7 @@ class Composite(TensorSpec):
         return TensorDict(data, batch_size=(*_as_shape(shape), *self.shape))
 
     def is_in(self, value: TensorDictBase) -> bool:  # type: ignore[override]
-        return all(key in value.keys() and spec.is_in(value[key]) for key, spec in self.items())
+        return all(key in value and spec.is_in(value[key]) for key, spec in self.items())
 
     def expand(self, *batch: int) -> Composite:
         specs = {key: spec.expand(*batch) for key, spec in self._specs.items()}

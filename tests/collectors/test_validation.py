@@ -39,7 +39,7 @@ def test_return_same_td_with_replay_buffer() -> None:
 
 def test_replay_buffer_needs_extend() -> None:
     with pytest.raises(TypeError, match="replay_buffer must have an extend"):
-        Collector("CartPole-v1", None, frames_per_batch=10, replay_buffer=[])
+        Collector("CartPole-v1", None, frames_per_batch=10, replay_buffer=object())
 
 
 def test_policy_without_action_names_its_outputs() -> None:
