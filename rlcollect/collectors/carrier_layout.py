@@ -89,7 +89,7 @@ class CarrierLayout:
         carrier = frame.unsqueeze(time_dim).expand(*env.batch_size, steps + 1).clone()
         carrier.zero_()
         carrier.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
-        carry_keys = [*env.observation_keys, *env.done_keys, keys.TRAJ_IDS]
+        carry_keys: list[NestedKey] = [*env.observation_keys, *env.done_keys, keys.TRAJ_IDS]
         return cls(carrier, steps, output_keys, carry_keys, devices.env)
 
     def adopt(self, storage: TensorDictBase) -> CarrierLayout:

@@ -167,7 +167,8 @@ class DictStep:
     def _view(self, t: int) -> TensorDictBase:
         view = self._views.get(t)
         if view is None:
-            view = self._root[(*([slice(None)] * self._time_dim), t)]
+            index = (*([slice(None)] * self._time_dim), t)
+            view = self._root[index]
             self._views[t] = view
         return view
 

@@ -60,7 +60,7 @@ class EnvBase:
 
     def __init__(self, batch_size: torch.Size | tuple = (), device: object = "cpu") -> None:
         self.batch_size = torch.Size(batch_size)
-        self.device = torch.device(device)  # type: ignore[arg-type]
+        self.device = torch.device(device)  # type: ignore[call-overload]
         self._carrier: TensorDictBase | None = None
         self._views: CarrierViews | None = None
         self._scratch: TensorDictBase | None = None

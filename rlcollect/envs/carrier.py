@@ -90,8 +90,8 @@ class CarrierViews:
         root, next_view = self.root(t + 1), self.next(t)
         for key in observation_keys:
             root.get(key).copy_(next_view.get(key))
-        for key in self.done_keys:
-            root.get(key).zero_()
+        for name in self.done_keys:
+            root.get(name).zero_()
 
     def next_done(self, t: int) -> torch.Tensor:
         """The `("next", "done")` flags at `t`, shaped as the env batch."""

@@ -44,5 +44,6 @@ def run_rollout(
             step, root = env.step_and_maybe_reset(root)
             steps.append(step)
     data = torch.stack(steps, dim=len(env.batch_size))
-    data.refine_names(*([None] * len(env.batch_size)), keys.TIME_DIM_NAME)
+    names = [*([None] * len(env.batch_size)), keys.TIME_DIM_NAME]
+    data.refine_names(*names)  # type: ignore[attr-defined]
     return data

@@ -333,7 +333,7 @@ class Composite(TensorSpec):
             if not (leaves_only and is_composite):
                 result.append(key)
             if include_nested and is_composite:
-                nested = spec.keys(include_nested=True, leaves_only=leaves_only)
+                nested = spec.keys(include_nested=True, leaves_only=leaves_only)  # type: ignore[attr-defined]
                 result.extend((key, *(k if isinstance(k, tuple) else (k,))) for k in nested)
         return result
 
