@@ -3,6 +3,9 @@
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.carrier import allocate_carrier
 from rlcollect.envs.gym import GymEnv
+from rlcollect.envs.gym_vector import GymVectorEnv
+from rlcollect.envs.parallel import ParallelEnv
+from rlcollect.envs.serial import SerialEnv
 from rlcollect.envs.specs import (
     Binary,
     Bounded,
@@ -20,7 +23,10 @@ __all__ = [
     "Composite",
     "EnvBase",
     "GymEnv",
+    "GymVectorEnv",
     "OneHot",
+    "ParallelEnv",
+    "SerialEnv",
     "TensorSpec",
     "Unbounded",
     "allocate_carrier",

@@ -34,6 +34,15 @@ def make_gym_env(env_id: str, **make_kwargs: Any) -> gym.Env:
         ) from err
 
 
+def flat_cells(rows: np.ndarray) -> Any:
+    """A flat memoryview over `[L + 1, 1]` scalar rows: storing one Python scalar through it
+    costs ~5x less than NumPy item assignment (the rows themselves when not C-contiguous)."""
+    if rows.ndim == 2 and rows.shape[1] == 1 and rows.flags.c_contiguous:
+        view: Any = memoryview(rows)  # type: ignore[arg-type]
+        return view.cast("B").cast(rows.dtype.char)
+    return rows
+
+
 class GymEnv(EnvBase):
     """A Gymnasium env with TorchRL's keys: `"observation"` (or one key per dict entry),
     one-hot `"action"` for `Discrete` (categorical with `categorical_action_encoding=True`),
@@ -90,6 +99,11 @@ class GymEnv(EnvBase):
         self._paths = observation_paths(self.observation_spec, is_dict_space, env.observation_space)
         self._read_action = action_reader(self.action_spec, env.action_space)
         self._last_observation: Any = None
+        # One plain observation (e.g. a Box) is stored in one assignment, without the path walk.
+        paths = self._paths
+        self._is_plain_observation = len(paths) == 1 and not (
+            paths[0].path or paths[0].one_hot or paths[0].start is not None
+        )
 
     @property
     def gym_env(self) -> gym.Env:
@@ -112,6 +126,8 @@ class GymEnv(EnvBase):
         self._root_flag_rows = [carrier.get(name).numpy() for name in keys.DONE_KEYS]
         self._next_flag_rows = [next_td.get(name).numpy() for name in keys.DONE_KEYS]
         self._next_done_rows = self._next_flag_rows[0][..., 0]
+        self._reward_cells = flat_cells(self._reward_rows)
+        self._next_flag_cells = [flat_cells(rows) for rows in self._next_flag_rows]
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         self._check_open()
@@ -142,7 +158,27 @@ class GymEnv(EnvBase):
             return
         self._write_observation(self._root_rows, t + 1, self._last_observation)
 
+    def step_and_advance_into(self, t: int) -> None:
+        """`step_into(t)` then `advance_into(t)` in one call: the collectors' hot path."""
+        self._check_open()
+        action = self._read_action(self._action_rows[t])
+        observation, reward, terminated, truncated, _ = self._env.step(action)
+        self._write_observation(self._next_rows, t, observation)
+        self._reward_cells[t] = float(reward)
+        done = bool(terminated or truncated)
+        done_cells, terminated_cells, truncated_cells = self._next_flag_cells
+        done_cells[t] = done
+        terminated_cells[t] = bool(terminated)
+        truncated_cells[t] = bool(truncated)
+        if done:
+            self.reset_into(t + 1)
+        else:
+            self._write_observation(self._root_rows, t + 1, observation)
+
     def _write_observation(self, rows: list[np.ndarray], t: int, observation: Any) -> None:
+        if self._is_plain_observation:
+            rows[0][t] = observation
+            return
         for path, destination in zip(self._paths, rows, strict=True):
             write_value(destination, t, path.extract(observation), path.one_hot)
 
