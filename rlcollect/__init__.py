@@ -1,7 +1,66 @@
 """rlcollect: fast, composable data collection for reinforcement learning in PyTorch."""
 
 from rlcollect.collectors import Collector
-from rlcollect.envs import EnvBase, GymEnv
+from rlcollect.envs import (
+    EnvBase,
+    GymEnv,
+    GymVectorEnv,
+    ParallelEnv,
+    SerialEnv,
+)
+from rlcollect.replay import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    RolloutBuffer,
+    RoundRobinWriter,
+    SamplerWithoutReplacement,
+    SliceSampler,
+)
+from rlcollect.transforms import (
+    GAE,
+    CatFrames,
+    Compose,
+    DoubleToFloat,
+    InitTracker,
+    MultiStep,
+    ObservationNorm,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+    split_trajectories,
+)
 
-__all__ = ["Collector", "EnvBase", "GymEnv"]
+__all__ = [
+    "GAE",
+    "CatFrames",
+    "Collector",
+    "Compose",
+    "DoubleToFloat",
+    "EnvBase",
+    "GymEnv",
+    "GymVectorEnv",
+    "InitTracker",
+    "LazyMemmapStorage",
+    "LazyTensorStorage",
+    "ListStorage",
+    "MultiStep",
+    "ObservationNorm",
+    "ParallelEnv",
+    "PrioritizedSampler",
+    "RandomSampler",
+    "ReplayBuffer",
+    "RewardSum",
+    "RolloutBuffer",
+    "RoundRobinWriter",
+    "SamplerWithoutReplacement",
+    "SerialEnv",
+    "SliceSampler",
+    "StepCounter",
+    "TransformedEnv",
+    "split_trajectories",
+]
 __version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Helpers shared by the example scripts: config checks, models, metrics, checkpoints."""

@@ -1,0 +1,149 @@
+"""Up-front config checks and `build`, which instantiates a config node naming its key on error."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message starts with the config key to fix."""
+
+
+def value_at(cfg: DictConfig, key: str) -> Any:
+    """The value at a dotted `key`, or a ConfigError naming the key when it is missing."""
+    missing = object()
+    value = OmegaConf.select(cfg, key, default=missing)
+    if value is missing:
+        raise ConfigError(f"{key}: the config has no such key; add it, e.g. +{key}=<value>.")
+    return value
+
+
+def require_target(cfg: DictConfig, key: str) -> None:
+    """Check that the node at `key` is a mapping with a `_target_`."""
+    node = value_at(cfg, key)
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(
+            f"{key}: expected a config node with a _target_ (the class or function to build), "
+            f"got {OmegaConf.to_yaml(node).strip() if isinstance(node, DictConfig) else node!r}."
+            f" Add one, e.g. {key}._target_=<module.Class>, or pick a file of its config group."
+        )
+
+
+def require_positive_int(cfg: DictConfig, key: str, *, allow_endless: bool = False) -> None:
+    """Check that `key` holds an int > 0 (or -1, meaning endless, when `allow_endless`)."""
+    value = value_at(cfg, key)
+    endless = allow_endless and value == -1
+    if isinstance(value, bool) or not isinstance(value, int) or (value <= 0 and not endless):
+        hint = " or -1 (endless)" if allow_endless else ""
+        raise ConfigError(f"{key}={value!r}: expected a positive int{hint}, e.g. {key}=1000.")
+
+
+def require_fraction(cfg: DictConfig, key: str) -> None:
+    """Check that `key` holds a number in [0, 1]."""
+    value = value_at(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{key}={value!r}: expected a number in [0, 1].")
+
+
+def require_gym_id(cfg: DictConfig, key: str = "env.id") -> None:
+    """Check that `key` names a registered Gymnasium env (`"module:Id"` imports the module)."""
+    env_id = value_at(cfg, key)
+    if not isinstance(env_id, str):
+        raise ConfigError(f"{key}={env_id!r}: expected a Gymnasium id string such as CartPole-v1.")
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except (gym.error.Error, ImportError) as err:
+        raise ConfigError(
+            f"{key}={env_id!r} is not a registered Gymnasium env ({err}). Check the spelling "
+            "and version suffix, e.g. env.id=CartPole-v1."
+        ) from err
+
+
+def resume_path(cfg: DictConfig) -> Path | None:
+    """The absolute checkpoint path of `resume`, checked to exist, or None."""
+    path = value_at(cfg, "resume")
+    if path is None:
+        return None
+    resolved = Path(to_absolute_path(str(path)))
+    if not resolved.is_file():
+        raise ConfigError(
+            f"resume={path!r}: no checkpoint file there; pass the path of a checkpoint.pt "
+            "written by an earlier run, or resume=null."
+        )
+    return resolved
+
+
+def validate(
+    cfg: DictConfig,
+    *,
+    targets: Iterable[str],
+    positive_ints: Iterable[str] = (),
+    fractions: Iterable[str] = (),
+) -> None:
+    """Run the common checks of an example's config before any work starts.
+
+    Every value is resolved first (a broken interpolation names its key), then the nodes in
+    `targets` must have a `_target_`, `env.id` must be registered, the keys in `positive_ints`
+    must be positive ints and `collector.total_frames` positive or -1.
+
+    Raises:
+        ConfigError: the first problem found, naming its config key.
+    """
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "config"
+        raise ConfigError(f"{key}: {err}") from err
+    for key in targets:
+        require_target(cfg, key)
+    require_gym_id(cfg)
+    require_positive_int(cfg, "collector.frames_per_batch")
+    require_positive_int(cfg, "collector.total_frames", allow_endless=True)
+    for key in positive_ints:
+        require_positive_int(cfg, key)
+    for key in fractions:
+        require_fraction(cfg, key)
+    resume_path(cfg)
+
+
+def build(cfg: DictConfig, key: str, **objects: Any) -> Any:
+    """Instantiate the node at `key`, passing `objects` (modules, envs, ...) as keyword args.
+
+    The node is first turned into a partial (so `objects` are passed as they are, never
+    copied into the config), then called.
+
+    Raises:
+        ConfigError: naming `key` and its `_target_` when building fails.
+    """
+    require_target(cfg, key)
+    node = value_at(cfg, key)
+    try:
+        factory = instantiate(node, _partial_=True)
+        return factory(**objects)
+    except Exception as err:
+        raise ConfigError(
+            f"{key}: could not build {node.get('_target_')} from the config: {err}"
+        ) from err
+
+
+def build_partial(cfg: DictConfig, key: str) -> Any:
+    """The node at `key` as a `functools.partial` (e.g. an env factory), naming `key` on error."""
+    require_target(cfg, key)
+    node = value_at(cfg, key)
+    try:
+        return instantiate(node, _partial_=True)
+    except Exception as err:
+        raise ConfigError(
+            f"{key}: could not build {node.get('_target_')} from the config: {err}"
+        ) from err

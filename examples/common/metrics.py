@@ -1,0 +1,86 @@
+"""`MetricsLog`: a run's metrics as rows of `metrics.csv`, and the return-against-frames plot."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+FRAMES = "frames"
+MEAN_RETURN = "mean_episode_return"
+BASE_COLUMNS = (FRAMES, "wall_time_s", "frames_per_second", "episodes", MEAN_RETURN)
+
+
+class MetricsLog:
+    """Appends one row per logging step to a CSV file, flushed at once.
+
+    A file that already exists (a resumed run writing to the same run dir) is appended to with
+    its own header; otherwise a new file is started with `BASE_COLUMNS` and `extra_columns`.
+
+    Examples:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "metrics.csv"
+        >>> log = MetricsLog(path, extra_columns=["loss"])
+        >>> log.write({"frames": 100, "mean_episode_return": 9.5, "loss": 0.25})
+        >>> log.close()
+        >>> read_metrics(path)[0]["loss"]
+        0.25
+    """
+
+    def __init__(self, path: Path, extra_columns: Sequence[str] = (), *, append: bool = False):
+        self.path = Path(path)
+        columns = [*BASE_COLUMNS, *(c for c in extra_columns if c not in BASE_COLUMNS)]
+        if append and self.path.is_file() and self.path.stat().st_size:
+            with self.path.open(newline="") as existing:
+                columns = next(csv.reader(existing))
+            self._file = self.path.open("a", newline="")
+            self._writer = csv.DictWriter(self._file, columns, extrasaction="ignore")
+        else:
+            self._file = self.path.open("w", newline="")
+            self._writer = csv.DictWriter(self._file, columns, extrasaction="ignore")
+            self._writer.writeheader()
+        self.columns = columns
+
+    def write(self, row: Mapping[str, float | int]) -> None:
+        """Write one row (missing columns are left empty) and flush it to disk."""
+        self._writer.writerow({key: _cell(value) for key, value in row.items()})
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def _cell(value: float | int) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return str(value)
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """The rows of a metrics CSV as floats (empty cells become NaN)."""
+    with Path(path).open(newline="") as file:
+        return [
+            {key: float(value) if value else math.nan for key, value in row.items()}
+            for row in csv.DictReader(file)
+        ]
+
+
+def plot_returns(csv_path: Path, png_path: Path, title: str = "") -> None:
+    """Save a plot of mean episode return against frames from the rows of `csv_path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in read_metrics(csv_path) if not math.isnan(row.get(MEAN_RETURN, math.nan))]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot([row[FRAMES] for row in rows], [row[MEAN_RETURN] for row in rows], marker=".")
+    axes.set_xlabel("frames")
+    axes.set_ylabel("mean episode return")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(png_path, dpi=100)
+    plt.close(figure)

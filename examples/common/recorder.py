@@ -1,0 +1,116 @@
+"""`RunRecorder`: progress bar, metrics CSV, return plot and checkpoint schedule of one run."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from .checkpoint import CHECKPOINT_NAME, save_checkpoint
+from .metrics import MEAN_RETURN, MetricsLog, plot_returns
+
+METRICS_NAME = "metrics.csv"
+PLOT_NAME = "return.png"
+
+
+class RunRecorder:
+    """Everything a run leaves behind, in `run_dir`: `metrics.csv`, `return.png`, and
+    `checkpoint.pt` (written every `checkpoint_every` frames and at the end).
+
+    Args:
+        run_dir: the run directory (Hydra's output dir).
+        total_frames: the frames of the whole run (-1: endless), for the progress bar.
+        start_frames: the frames already collected (by the run this one resumes).
+
+    Keyword Args:
+        extra_columns: the script's own metric columns.
+        checkpoint_every: frames between checkpoints (0: only at the end).
+        title: the plot's title.
+        resumed: append to an existing `metrics.csv` instead of starting a new one.
+        elapsed: wall-clock seconds spent by the runs this one resumes.
+
+    Examples:
+        >>> import tempfile
+        >>> recorder = RunRecorder(Path(tempfile.mkdtemp()), 100, 0, progress=False)
+        >>> recorder.log({"frames": 50, "mean_episode_return": 12.0})
+        >>> recorder.close()
+        >>> sorted(path.name for path in recorder.run_dir.iterdir())
+        ['metrics.csv', 'return.png']
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        total_frames: int,
+        start_frames: int,
+        *,
+        extra_columns: Sequence[str] = (),
+        checkpoint_every: int = 0,
+        title: str = "",
+        resumed: bool = False,
+        elapsed: float = 0.0,
+        progress: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = MetricsLog(self.run_dir / METRICS_NAME, extra_columns, append=resumed)
+        self.checkpoint_path = self.run_dir / CHECKPOINT_NAME
+        self.checkpoint_every = checkpoint_every
+        self.title = title
+        self._next_checkpoint = self._after(start_frames)
+        self._clock_start = time.perf_counter() - elapsed
+        self._bar_frames = start_frames
+        self.last_row: dict[str, Any] = {}
+        self.bar = tqdm(
+            total=total_frames if total_frames > 0 else None,
+            initial=start_frames,
+            unit="frame",
+            unit_scale=True,
+            dynamic_ncols=True,
+            mininterval=1.0,
+            disable=not progress,
+        )
+
+    def _after(self, frames: int) -> float:
+        if self.checkpoint_every <= 0:
+            return math.inf
+        return (frames // self.checkpoint_every + 1) * self.checkpoint_every
+
+    @property
+    def elapsed(self) -> float:
+        """Wall-clock seconds of the run, those of the runs it resumes included."""
+        return time.perf_counter() - self._clock_start
+
+    def log(self, stats: Mapping[str, Any], **extra: float) -> None:
+        """Advance the bar to `stats["frames"]` and write a metrics row (`stats` + `extra`)."""
+        frames = int(stats["frames"])
+        row = {**stats, "wall_time_s": self.elapsed, **extra}
+        self.metrics.write(row)
+        self.last_row = row
+        self.bar.set_postfix({"return": f"{row.get(MEAN_RETURN, math.nan):.1f}"}, refresh=False)
+        self.bar.update(frames - self._bar_frames)
+        self._bar_frames = frames
+
+    def checkpoint_due(self, frames: int) -> bool:
+        """Whether `frames` passed the next checkpoint interval."""
+        return frames >= self._next_checkpoint
+
+    def save(self, frames: int, state: Callable[[], dict[str, Any]]) -> None:
+        """Write `state()` (with the run's elapsed time) as the checkpoint, and the plot."""
+        save_checkpoint(self.checkpoint_path, {**state(), "elapsed": self.elapsed})
+        self._next_checkpoint = self._after(frames)
+        self.plot()
+
+    def plot(self) -> None:
+        """Redraw `return.png` from `metrics.csv`."""
+        plot_returns(self.metrics.path, self.run_dir / PLOT_NAME, self.title)
+
+    def close(self) -> None:
+        """Close the bar and the CSV file and draw the final plot."""
+        self.bar.close()
+        self.metrics.close()
+        self.plot()

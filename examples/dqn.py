@@ -1,0 +1,342 @@
+"""DQN with rlcollect: a background collector fills a replay buffer while the learner trains.
+
+Run from the repository root:
+
+    python examples/dqn.py                                   # CartPole-v1, 150k frames
+    python examples/dqn.py env=cartpole_batched collector.frames_per_batch=64
+    python examples/dqn.py resume=outputs/dqn/<run>/checkpoint.pt collector.total_frames=300000
+
+`collector.start()` runs collection in a thread (epsilon-greedy on a copy of the Q-network, after
+`init_random_frames` random ones); the learner keeps one gradient step per
+`dqn.frames_per_update` frames, pausing collection when it falls behind, and pushes its weights
+and the current epsilon with `update_policy_weights_`. The run directory receives metrics.csv,
+return.png and checkpoint.pt (the replay buffer is not saved: a resumed run refills it).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from common.checkpoint import load_checkpoint
+from common.config import ConfigError, build, build_partial, resume_path, validate
+from common.env_info import EnvInfo, probe_env
+from common.evaluation import evaluate
+from common.models import EpsilonGreedy
+from common.recorder import RunRecorder
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rlcollect import keys
+
+EXTRA_COLUMNS = ("loss", "epsilon", "updates", "buffer_size")
+
+
+class Learner:
+    """Gradient steps on replay samples, target-network updates, and the update count."""
+
+    def __init__(self, cfg: DictConfig, q_network: nn.Module, optimizer: Any, key: Any) -> None:
+        self.cfg = cfg.dqn
+        self.q_network = q_network
+        self.target_network = copy.deepcopy(q_network).requires_grad_(False)
+        self.optimizer = optimizer
+        self.key = key
+        self.updates = 0
+        self.loss_sum = 0.0
+        self.loss_count = 0
+
+    def loss(self, batch: TensorDictBase) -> torch.Tensor:
+        """The TD loss (Huber) of one batch, with a double-DQN target when configured."""
+        observation, next_observation = batch.get(self.key), batch.get((keys.NEXT, self.key))
+        action = batch.get(keys.ACTION).long().unsqueeze(-1)
+        q_value = self.q_network(observation).gather(-1, action).squeeze(-1)
+        with torch.no_grad():
+            next_q = self.target_network(next_observation)
+            if self.cfg.double_dqn:
+                best = self.q_network(next_observation).argmax(-1, keepdim=True)
+                next_value = next_q.gather(-1, best).squeeze(-1)
+            else:
+                next_value = next_q.max(-1).values
+            reward = batch.get((keys.NEXT, keys.REWARD)).squeeze(-1)
+            alive = (~batch.get((keys.NEXT, keys.TERMINATED))).squeeze(-1).float()
+            target = reward + self.cfg.gamma * alive * next_value
+        return nn.functional.smooth_l1_loss(q_value, target)
+
+    def run(self, steps: int, replay_buffer: Any) -> None:
+        """Take `steps` gradient steps on fresh samples of `replay_buffer`."""
+        for _ in range(steps):
+            loss = self.loss(replay_buffer.sample())
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.q_network.parameters(), self.cfg.max_grad_norm)
+            self.optimizer.step()
+            self.updates += 1
+            self.loss_sum += loss.item()
+            self.loss_count += 1
+            if self.updates % self.cfg.target_update_every == 0:
+                self.update_target()
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        """Move the target network towards the online one (`tau` = 1: copy it)."""
+        for target, online in zip(
+            self.target_network.parameters(), self.q_network.parameters(), strict=True
+        ):
+            target.lerp_(online, self.cfg.tau)
+
+    def mean_loss(self) -> float:
+        """The mean loss since the last call (NaN when no step was taken)."""
+        mean = self.loss_sum / self.loss_count if self.loss_count else float("nan")
+        self.loss_sum, self.loss_count = 0.0, 0
+        return mean
+
+
+class UpdatePacer:
+    """Keeps one gradient step per `frames_per_update` frames from the moment the buffer holds
+    `learning_starts` items (after a resume too, once the buffer has refilled)."""
+
+    def __init__(self, frames_per_update: int, learning_starts: int) -> None:
+        self.frames_per_update = frames_per_update
+        self.learning_starts = learning_starts
+        self.anchor: tuple[int, int] | None = None
+
+    def lag(self, frames: int, updates: int, buffer_size: int) -> int:
+        """How many gradient steps the learner owes at `frames` frames."""
+        if self.anchor is None:
+            if buffer_size < self.learning_starts:
+                return 0
+            # The buffer grows one item per frame until the learner first looks: anchor at the
+            # frame where it crossed `learning_starts`, however late the learner noticed.
+            self.anchor = (frames - (buffer_size - self.learning_starts), updates)
+        anchor_frames, anchor_updates = self.anchor
+        return anchor_updates + (frames - anchor_frames) // self.frames_per_update - updates
+
+
+def epsilon_at(frames: int, cfg: DictConfig, total_frames: int) -> float:
+    """Epsilon decays linearly from `start_epsilon` to `end_epsilon` over the first
+    `exploration_fraction` of the run's frames."""
+    span = max(1.0, cfg.dqn.exploration_fraction * max(total_frames, 1))
+    progress = min(1.0, frames / span)
+    return cfg.dqn.start_epsilon + progress * (cfg.dqn.end_epsilon - cfg.dqn.start_epsilon)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Stop before any work when the config is wrong, naming the key."""
+    validate(
+        cfg,
+        targets=["env.make", "collector", "replay_buffer", "q_network", "optim"],
+        positive_ints=[
+            "dqn.frames_per_update",
+            "dqn.target_update_every",
+            "dqn.sync_every",
+            "dqn.max_lag_updates",
+            "log_every",
+            "torch_threads",
+        ],
+        fractions=["dqn.gamma", "dqn.tau", "dqn.start_epsilon", "dqn.end_epsilon"],
+    )
+    if cfg.collector.total_frames <= 0:
+        raise ConfigError(
+            f"collector.total_frames={cfg.collector.total_frames}: DQN needs a finite run, "
+            "e.g. collector.total_frames=150000."
+        )
+
+
+def require_discrete(cfg: DictConfig, info: EnvInfo) -> None:
+    """DQN picks actions by argmax over Q-values: the env's actions must be discrete."""
+    if not info.is_discrete:
+        raise ConfigError(
+            f"env.id={cfg.env.id!r} has continuous actions; DQN needs a discrete action space "
+            "(e.g. env=cartpole). Use examples/ppo.py for continuous control."
+        )
+
+
+def train(cfg: DictConfig) -> None:
+    # --- set-up: everything from the config, checked before any work ---
+    check_config(cfg)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    env_factory = build_partial(cfg, "env.make")
+    info = probe_env(env_factory)
+    require_discrete(cfg, info)
+    key = info.observation_key
+    q_network = build(cfg, "q_network", info=info)
+    policy = EpsilonGreedy(q_network, cfg.dqn.start_epsilon)
+    optimizer = build(cfg, "optim", params=q_network.parameters())
+    learner = Learner(cfg, q_network, optimizer, key)
+    replay_buffer = build(cfg, "replay_buffer")
+    # The collector acts with its own copy; the learner pushes weights and epsilon to it.
+    collector_policy = TensorDictModule(
+        copy.deepcopy(policy), in_keys=[key], out_keys=[keys.ACTION]
+    )
+    collector = build(
+        cfg,
+        "collector",
+        create_env_fn=env_factory,
+        policy=collector_policy,
+        replay_buffer=replay_buffer,
+    )
+    collector.set_seed(cfg.seed)
+
+    checkpoint_path = resume_path(cfg)
+    state: dict[str, Any] = load_checkpoint(checkpoint_path) if checkpoint_path else {}
+    if state:
+        policy.load_state_dict(state["policy"])
+        learner.target_network.load_state_dict(state["target_network"])
+        optimizer.load_state_dict(state["optimizer"])
+        learner.updates = int(state["updates"])
+        collector.load_state_dict(state["collector"])
+
+    recorder = RunRecorder(
+        Path(HydraConfig.get().runtime.output_dir),
+        collector.total_frames,
+        collector.frames,
+        extra_columns=EXTRA_COLUMNS,
+        checkpoint_every=cfg.checkpoint_every,
+        title=f"DQN {cfg.env.id}",
+        resumed=bool(state),
+        elapsed=float(state.get("elapsed", 0.0)),
+        progress=cfg.progress,
+    )
+
+    def checkpoint() -> dict[str, Any]:
+        return {
+            "frames": collector.frames,
+            "collector": collector.state_dict(),
+            "policy": policy.state_dict(),
+            "target_network": learner.target_network.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "updates": learner.updates,
+        }
+
+    # --- collect in the background, learn in the foreground ---
+    collector.start()
+    try:
+        learn(cfg, collector, replay_buffer, learner, policy, recorder, checkpoint)
+    finally:
+        collector.async_shutdown()
+    recorder.save(collector.frames, checkpoint)
+    recorder.close()
+    report(cfg, recorder, env_factory, policy, key)
+
+
+def learn(
+    cfg: DictConfig,
+    collector: Any,
+    replay_buffer: Any,
+    learner: Learner,
+    policy: EpsilonGreedy,
+    recorder: RunRecorder,
+    checkpoint: Any,
+) -> None:
+    """The learner loop: keep pace with collection, push weights, log and checkpoint."""
+    pacer = UpdatePacer(cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
+    watch = StallWatch(collector, cfg.dqn.stall_timeout_s)
+    next_log = collector.frames + cfg.log_every
+    synced_at = learner.updates
+    while True:
+        # Read "done" before the frame count: once done, `frames` is final and the learner
+        # owes exactly the steps for it.
+        finished = collector.is_done
+        frames = collector.frames
+        if frames >= next_log:
+            log_row(collector, replay_buffer, learner, policy, recorder)
+            next_log = frames + cfg.log_every
+        if recorder.checkpoint_due(frames):
+            with collector.pause():
+                recorder.save(collector.frames, checkpoint)
+        lag = pacer.lag(frames, learner.updates, len(replay_buffer))
+        if lag <= 0:
+            if finished:
+                break
+            watch.wait(frames)
+            continue
+        if lag > cfg.dqn.max_lag_updates:
+            with collector.pause():
+                learner.run(lag, replay_buffer)
+        else:
+            learner.run(lag, replay_buffer)
+        if learner.updates - synced_at >= cfg.dqn.sync_every:
+            # Pushed while the collector runs: a step that reads half-copied weights is harmless,
+            # and pausing would stall the learner for a whole batch.
+            policy.epsilon.fill_(epsilon_at(collector.frames, cfg, collector.total_frames))
+            collector.update_policy_weights_(policy)
+            synced_at = learner.updates
+    last = recorder.last_row
+    if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
+        log_row(collector, replay_buffer, learner, policy, recorder)
+
+
+class StallWatch:
+    """Waits a moment for new frames; stops the run when none came for `timeout` seconds (the
+    background collection died: `async_shutdown` raises its error)."""
+
+    def __init__(self, collector: Any, timeout: float) -> None:
+        self.collector = collector
+        self.timeout = timeout
+        self.frames = collector.frames
+        self.since = time.monotonic()
+
+    def wait(self, frames: int) -> None:
+        """Sleep 1 ms (the collector thread runs meanwhile), checking for a stall."""
+        now = time.monotonic()
+        if frames != self.frames:
+            self.frames, self.since = frames, now
+        elif now - self.since > self.timeout:
+            self.collector.async_shutdown()
+            raise RuntimeError(
+                f"no new frames for {self.timeout} s: background collection stopped."
+            )
+        time.sleep(0.001)
+
+
+def log_row(
+    collector: Any,
+    replay_buffer: Any,
+    learner: Learner,
+    policy: EpsilonGreedy,
+    recorder: RunRecorder,
+) -> None:
+    """Write one metrics row from the collector's stats and the learner's state."""
+    recorder.log(
+        collector.stats(),
+        loss=learner.mean_loss(),
+        epsilon=float(policy.epsilon),
+        updates=learner.updates,
+        buffer_size=len(replay_buffer),
+    )
+
+
+def report(
+    cfg: DictConfig, recorder: RunRecorder, env_factory: Any, policy: EpsilonGreedy, key: Any
+) -> None:
+    """Print the run's summary, and a greedy evaluation when `eval_episodes` > 0."""
+    row = recorder.last_row
+    print(
+        f"frames={row.get('frames')} wall_time_s={recorder.elapsed:.1f} "
+        f"mean_episode_return={row.get('mean_episode_return', float('nan')):.1f} "
+        f"updates={row.get('updates')} run_dir={recorder.run_dir}"
+    )
+    if cfg.eval_episodes > 0:
+        greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
+        greedy = evaluate(env_factory, greedy_policy, cfg.eval_episodes)
+        print(f"greedy evaluation: mean return {greedy:.1f} over {cfg.eval_episodes} episodes")
+
+
+@hydra.main(config_path="conf", config_name="dqn", version_base=None)
+def main(cfg: DictConfig) -> None:
+    try:
+        train(cfg)
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from err
+
+
+if __name__ == "__main__":
+    main()

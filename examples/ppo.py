@@ -1,0 +1,182 @@
+"""PPO with rlcollect: `for data in collector`, GAE, shuffled minibatch epochs, weight pushes.
+
+Run from the repository root:
+
+    python examples/ppo.py                                  # CartPole-v1, 8 envs, 200k frames
+    python examples/ppo.py env=pendulum_batched collector.total_frames=1000000
+    python examples/ppo.py resume=outputs/ppo/<run>/checkpoint.pt collector.total_frames=400000
+
+The run directory (Hydra's output dir) receives metrics.csv, return.png and checkpoint.pt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from common.checkpoint import load_checkpoint
+from common.config import ConfigError, build, build_partial, resume_path, validate
+from common.env_info import probe_env
+from common.evaluation import evaluate
+from common.recorder import RunRecorder
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rlcollect import keys
+from rlcollect.replay import RolloutBuffer
+
+LOSS_COLUMNS = ("loss_policy", "loss_value", "entropy", "clip_fraction", "lr")
+
+
+def ppo_loss(
+    actor: nn.Module, critic: nn.Module, batch: TensorDictBase, key: Any, cfg: DictConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped-surrogate PPO loss of one minibatch, and its parts for logging."""
+    observation = batch.get(key)
+    log_prob, entropy = actor.evaluate(observation, batch.get(keys.ACTION))
+    advantage = batch.get(keys.ADVANTAGE).squeeze(-1)
+    if cfg.ppo.normalize_advantage and advantage.numel() > 1:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    ratio = (log_prob - batch.get(keys.SAMPLE_LOG_PROB)).exp()
+    clip = cfg.ppo.clip_epsilon
+    surrogate = torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
+    loss_policy = -surrogate.mean()
+    loss_value = 0.5 * (critic(observation) - batch.get(keys.VALUE_TARGET)).pow(2).mean()
+    loss = loss_policy + cfg.ppo.value_coef * loss_value - cfg.ppo.entropy_coef * entropy.mean()
+    parts = {
+        "loss_policy": loss_policy.item(),
+        "loss_value": loss_value.item(),
+        "entropy": entropy.mean().item(),
+        "clip_fraction": ((ratio - 1).abs() > clip).float().mean().item(),
+    }
+    return loss, parts
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Stop before any work when the config is wrong, naming the key."""
+    validate(
+        cfg,
+        targets=["env.make", "collector", "actor", "critic", "optim", "gae"],
+        positive_ints=["ppo.epochs", "ppo.num_minibatches", "torch_threads"],
+        fractions=["gae.gamma", "gae.lmbda"],
+    )
+    minibatch = cfg.collector.frames_per_batch // cfg.ppo.num_minibatches
+    if minibatch < 1:
+        raise ConfigError(
+            f"ppo.num_minibatches={cfg.ppo.num_minibatches} is larger than "
+            f"collector.frames_per_batch={cfg.collector.frames_per_batch}; use fewer minibatches."
+        )
+
+
+def train(cfg: DictConfig) -> None:
+    # --- set-up: everything from the config, checked before any work ---
+    check_config(cfg)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    env_factory = build_partial(cfg, "env.make")
+    info = probe_env(env_factory)
+    key = info.observation_key
+    actor = build(cfg, "actor", info=info)
+    critic = build(cfg, "critic", info=info)
+    policy = TensorDictModule(actor, in_keys=[key], out_keys=[keys.ACTION, keys.SAMPLE_LOG_PROB])
+    value = TensorDictModule(critic, in_keys=[key], out_keys=[keys.STATE_VALUE])
+    optimizer = build(cfg, "optim", params=[*actor.parameters(), *critic.parameters()])
+    base_lr = [group["lr"] for group in optimizer.param_groups]
+    gae = build(cfg, "gae", value_network=value)
+    collector = build(cfg, "collector", create_env_fn=env_factory, policy=policy)
+    collector.set_seed(cfg.seed)
+
+    checkpoint_path = resume_path(cfg)
+    state: dict[str, Any] = load_checkpoint(checkpoint_path) if checkpoint_path else {}
+    if state:
+        actor.load_state_dict(state["actor"])
+        critic.load_state_dict(state["critic"])
+        optimizer.load_state_dict(state["optimizer"])
+        collector.load_state_dict(state["collector"])
+
+    def checkpoint() -> dict[str, Any]:
+        return {
+            "frames": collector.frames,
+            "collector": collector.state_dict(),
+            "actor": actor.state_dict(),
+            "critic": critic.state_dict(),
+            "optimizer": optimizer.state_dict(),
+        }
+
+    total = collector.total_frames
+    minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
+    recorder = RunRecorder(
+        Path(HydraConfig.get().runtime.output_dir),
+        total,
+        collector.frames,
+        extra_columns=LOSS_COLUMNS,
+        checkpoint_every=cfg.checkpoint_every,
+        title=f"PPO {cfg.env.id}",
+        resumed=bool(state),
+        elapsed=float(state.get("elapsed", 0.0)),
+        progress=cfg.progress,
+    )
+
+    for data in collector:
+        # --- advantages: one value-network call over the batch ---
+        data = gae(data)
+
+        # --- update: epochs of shuffled minibatches ---
+        if cfg.ppo.anneal_lr and total > 0:
+            remaining = 1.0 - (collector.frames - collector.frames_per_batch) / total
+            for group, lr in zip(optimizer.param_groups, base_lr, strict=True):
+                group["lr"] = lr * remaining
+        sums: dict[str, float] = dict.fromkeys(LOSS_COLUMNS[:-1], 0.0)
+        updates = 0
+        for _ in range(cfg.ppo.epochs):
+            for minibatch in RolloutBuffer.iterate_minibatches(data, minibatch_size):
+                loss, parts = ppo_loss(actor, critic, minibatch, key, cfg)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], cfg.ppo.max_grad_norm)
+                optimizer.step()
+                updates += 1
+                for name, part in parts.items():
+                    sums[name] += part
+
+        # --- push the new weights to the collector, log, checkpoint ---
+        collector.update_policy_weights_()
+        means = {name: total_value / updates for name, total_value in sums.items()}
+        recorder.log(collector.stats(), **means, lr=optimizer.param_groups[0]["lr"])
+        if recorder.checkpoint_due(collector.frames):
+            recorder.save(collector.frames, checkpoint)
+
+    recorder.save(collector.frames, checkpoint)
+    recorder.close()
+    collector.shutdown()
+    report(cfg, recorder, env_factory, policy)
+
+
+def report(cfg: DictConfig, recorder: RunRecorder, env_factory: Any, policy: Any) -> None:
+    """Print the run's summary, and a greedy evaluation when `eval_episodes` > 0."""
+    row = recorder.last_row
+    print(
+        f"frames={row.get('frames')} wall_time_s={recorder.elapsed:.1f} "
+        f"mean_episode_return={row.get('mean_episode_return', float('nan')):.1f} "
+        f"run_dir={recorder.run_dir}"
+    )
+    if cfg.eval_episodes > 0:
+        greedy = evaluate(env_factory, policy, cfg.eval_episodes)
+        print(f"greedy evaluation: mean return {greedy:.1f} over {cfg.eval_episodes} episodes")
+
+
+@hydra.main(config_path="conf", config_name="ppo", version_base=None)
+def main(cfg: DictConfig) -> None:
+    try:
+        train(cfg)
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from err
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Config checks of the example scripts, in process: every error names the config key to fix."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from tests.examples.script_runner import EXAMPLES
+
+
+def config(name: str, *overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(EXAMPLES / "conf"), version_base=None):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.id=NoSuchEnv-v0"], r"^env.id='NoSuchEnv-v0' is not a registered Gymnasium env"),
+        (["~collector._target_"], r"^collector: expected a config node with a _target_"),
+        (["~optim._target_"], r"^optim: expected a config node with a _target_"),
+        (["collector.frames_per_batch=-5"], r"^collector.frames_per_batch=-5: expected a pos"),
+        (["collector.total_frames=0"], r"^collector.total_frames=0: expected a positive int"),
+        (["gae.gamma=1.5"], r"^gae.gamma=1.5: expected a number in \[0, 1\]"),
+        (["ppo.num_minibatches=4096"], r"^ppo.num_minibatches=4096 is larger than"),
+        (["resume=/no/such/checkpoint.pt"], r"^resume='/no/such/checkpoint.pt': no checkpoint"),
+        (["actor.hidden_sizes=${nowhere}"], r"^actor.hidden_sizes: "),
+    ],
+)
+def test_ppo_config_errors_name_the_key(
+    scripts: dict[str, ModuleType], overrides: list[str], message: str
+) -> None:
+    with pytest.raises(scripts["ppo"].ConfigError, match=message):
+        scripts["ppo"].check_config(config("ppo", *overrides))
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "collect"])
+def test_default_configs_pass_the_checks(scripts: dict[str, ModuleType], name: str) -> None:
+    from common.config import validate
+
+    validate(config(name), targets=["env.make", "collector"])
+
+
+def test_dqn_config_errors_name_the_key(scripts: dict[str, ModuleType]) -> None:
+    dqn = scripts["dqn"]
+    with pytest.raises(dqn.ConfigError, match=r"^dqn.frames_per_update=0: expected a positive"):
+        dqn.check_config(config("dqn", "dqn.frames_per_update=0"))
+    with pytest.raises(dqn.ConfigError, match=r"^collector.total_frames=-1: DQN needs a finite"):
+        dqn.check_config(config("dqn", "collector.total_frames=-1"))
+    with pytest.raises(dqn.ConfigError, match=r"^replay_buffer: expected a config node"):
+        dqn.check_config(config("dqn", "~replay_buffer._target_"))
+
+
+def test_build_failures_name_the_key_and_target(scripts: dict[str, ModuleType]) -> None:
+    from common.config import ConfigError, build, build_partial
+    from common.env_info import probe_env
+
+    cfg = config("ppo", "actor._target_=common.models.NoSuchActor")
+    info = probe_env(build_partial(cfg, "env.make"))
+    with pytest.raises(ConfigError, match=r"^actor: could not build common.models.NoSuchActor"):
+        build(cfg, "actor", info=info)
+    bad_env = config("ppo", "env=catch", "+env.make.no_such_argument=1")
+    with pytest.raises(ConfigError, match=r"^env.make: could not build the env"):
+        probe_env(build_partial(bad_env, "env.make"))
+
+
+def test_every_env_config_builds_an_env_the_networks_accept(scripts: dict[str, ModuleType]) -> None:
+    from common.config import build, build_partial
+    from common.env_info import probe_env
+
+    names = sorted(path.stem for path in (EXAMPLES / "conf" / "env").glob("*.yaml"))
+    assert {"cartpole", "cartpole_batched", "pendulum", "catch", "catch_batched"} <= set(names)
+    for name in names:
+        cfg = config("ppo", f"env={name}")
+        info = probe_env(build_partial(cfg, "env.make"))
+        assert info.num_envs == cfg.env.get("num_envs", 1), name
+        actor = build(cfg, "actor", info=info)
+        observation = torch.zeros(3, *info.observation_shape, dtype=info.observation_dtype)
+        action, log_prob = actor(observation)
+        assert log_prob.shape == (3,), name
+        assert action.shape[1:] == info.action_shape, name
+
+
+def test_dqn_refuses_continuous_actions(scripts: dict[str, ModuleType]) -> None:
+    from common.config import build_partial
+    from common.env_info import probe_env
+
+    dqn = scripts["dqn"]
+    cfg = config("dqn", "env=pendulum")
+    info = probe_env(build_partial(cfg, "env.make"))
+    with pytest.raises(dqn.ConfigError, match=r"^env.id='Pendulum-v1' has continuous actions"):
+        dqn.require_discrete(cfg, info)

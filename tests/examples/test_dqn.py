@@ -1,0 +1,60 @@
+"""examples/dqn.py end to end: background collection, outputs, resuming in the same run dir."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tests.examples.script_runner import (
+    check_run_outputs,
+    check_succeeded,
+    checkpoint_frames,
+    run_script,
+)
+
+TINY = (
+    "collector.init_random_frames=256",
+    "dqn.learning_starts=256",
+    "log_every=512",
+    "checkpoint_every=1024",
+    "eval_episodes=1",
+    "progress=false",
+)
+
+
+def metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_dqn_trains_in_the_background_then_resumes(tmp_path: Path) -> None:
+    result = run_script("dqn", tmp_path, *TINY, "collector.total_frames=2048")
+    check_succeeded(result)
+    check_run_outputs(tmp_path)
+    rows = metric_rows(tmp_path)
+    assert int(rows[-1]["frames"]) == 2048
+    assert checkpoint_frames(tmp_path) == 2048
+    updates = int(rows[-1]["updates"])
+    # one gradient step per 2 frames once 256 frames are in the buffer (the last batch may be
+    # counted before the learner catches up with it)
+    assert (2048 - 256) // 2 - 32 <= updates <= (2048 - 256) // 2
+    assert float(rows[-1]["epsilon"]) < 1.0, "the learner pushed a decayed epsilon"
+
+    resumed = run_script(
+        "dqn",
+        tmp_path,
+        *TINY,
+        "collector.total_frames=3072",
+        f"resume={tmp_path / 'checkpoint.pt'}",
+    )
+    check_succeeded(resumed)
+    rows = metric_rows(tmp_path)
+    frames = [int(row["frames"]) for row in rows]
+    assert frames == sorted(frames), "the resumed run appends to the same metrics.csv"
+    assert frames[-1] == 3072
+    assert checkpoint_frames(tmp_path) == 3072
+    assert int(rows[-1]["updates"]) > updates, "the update count goes on"

@@ -1,0 +1,58 @@
+"""examples/ppo.py end to end: outputs, progress bar, resuming, and a config error."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tests.examples.script_runner import (
+    check_run_outputs,
+    check_succeeded,
+    checkpoint_frames,
+    run_script,
+)
+
+TINY = (
+    "env.num_envs=4",
+    "collector.frames_per_batch=256",
+    "checkpoint_every=512",
+    "eval_episodes=1",
+)
+
+
+def logged_frames(run_dir: Path) -> list[int]:
+    with (run_dir / "metrics.csv").open(newline="") as file:
+        return [int(row["frames"]) for row in csv.DictReader(file)]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    result = run_script("ppo", first, *TINY, "collector.total_frames=1024")
+    check_succeeded(result)
+    check_run_outputs(first)
+    assert logged_frames(first) == [256, 512, 768, 1024]
+    assert checkpoint_frames(first) == 1024
+    assert "frame/s" in result.stderr, "the tqdm progress bar shows frames/s"
+    assert "greedy evaluation: mean return" in result.stdout
+
+    resumed = run_script(
+        "ppo", second, *TINY, "collector.total_frames=2048", f"resume={first / 'checkpoint.pt'}"
+    )
+    check_succeeded(resumed)
+    check_run_outputs(second)
+    assert logged_frames(second) == [1280, 1536, 1792, 2048], "the frame count goes on"
+    assert checkpoint_frames(second) == 2048
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_ppo_config_error_stops_before_any_work_naming_the_key(tmp_path: Path) -> None:
+    result = run_script("ppo", tmp_path, "collector.frames_per_batch=-5")
+    assert result.returncode != 0
+    assert "config error: collector.frames_per_batch=-5" in result.stderr
+    assert not (tmp_path / "metrics.csv").exists()
+    assert not (tmp_path / "checkpoint.pt").exists()

@@ -1,0 +1,38 @@
+"""Benchmark scripts run end to end in their quick mode (numbers are not asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *arguments: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_env_benchmark_quick() -> None:
+    output = run("envs.py", "--quick")
+    assert "SerialEnv(8)" in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_collector_benchmark_quick() -> None:
+    output = run("collectors.py", "--quick", "--only", "CartPole single", "--frames", "2000")
+    assert "rlcollect / torchrl" in output
+    assert "FAILED" not in output
