@@ -4,7 +4,8 @@ Three configurations, each run by both libraries on the same data:
 
 - LazyTensorStorage + RandomSampler
 - LazyMemmapStorage + RandomSampler
-- LazyTensorStorage + PrioritizedSampler (each sample is followed by ``update_priority``)
+- LazyTensorStorage + PrioritizedSampler (each sample is followed by ``update_priority``; a third
+  row alternates extends and samples, so that priorities given to new items are paid for)
 
 ``extend`` writes 1000-frame CartPole-like batches (observation [4] float32, one-hot action [2],
 reward, done flags, next observation, trajectory ids) into a full buffer; ``sample`` draws 256
@@ -13,7 +14,9 @@ best round, which is robust to other load on the machine.
 
 Usage: ``python benchmarks/replay.py`` (about a minute) or ``--quick`` (a smoke run). Where
 TorchRL's prebuilt C++ extension does not load with the installed torch, its prioritized row
-shows n/a; ``--torchrl-extension PATH`` loads a local rebuild instead.
+shows n/a; ``--build-torchrl-extension`` compiles the C++ sources that TorchRL's wheel ships
+against the installed torch (a few minutes the first time, cached after), and
+``--torchrl-extension PATH`` loads a build made elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -125,22 +129,45 @@ def measure(config: str, settings: Settings) -> list[tuple[str, float, float | N
             buffers.append(make_buffers(config, theirs, settings, their_dir))
         except RuntimeError as error:  # TorchRL's C++ extension may not load with this torch
             reason = str(error).splitlines()[0].removesuffix(" See warning above.")
-            note = f"TorchRL's C++ extension (torchrl._torchrl) does not load here: {reason}"
+            note = (
+                f"TorchRL's C++ extension (torchrl._torchrl) does not load here: {reason}; "
+                "rerun with --build-torchrl-extension"
+            )
         extends = [fill(buffer, settings) for buffer in buffers]
         extend_rates = best_rate(extends, settings)
         prioritized = config.endswith("prioritized")
-        sample_rates = best_rate([sampler_step(b, prioritized) for b in buffers], settings)
+        samples = [sampler_step(buffer, prioritized) for buffer in buffers]
+        sample_rates = best_rate(samples, settings)
+        measured = [
+            (f"extend({FRAMES_PER_EXTEND})", extend_rates),
+            (
+                f"sample({SAMPLE_SIZE})" + (" + update_priority" if prioritized else ""),
+                sample_rates,
+            ),
+        ]
+        if prioritized:
+            # rlcollect gives new items their priority lazily, at the next sample, so the rows
+            # above leave that work out; alternating extends and samples counts it, like training.
+            steps = [
+                interleaved(extend, sample) for extend, sample in zip(extends, samples, strict=True)
+            ]
+            measured.append(("extend, then sample + update", best_rate(steps, settings)))
         for buffer in buffers:
             if hasattr(buffer, "close"):
                 buffer.close()
-    sample_name = f"sample({SAMPLE_SIZE})" + (" + update_priority" if prioritized else "")
-    rows = []
-    for name, rates in (
-        (f"extend({FRAMES_PER_EXTEND})", extend_rates),
-        (sample_name, sample_rates),
-    ):
-        rows.append((name, rates[0], rates[1] if len(rates) > 1 else None, note))
-    return rows
+    return [
+        (name, rates[0], rates[1] if len(rates) > 1 else None, note) for name, rates in measured
+    ]
+
+
+def interleaved(extend: Callable[[], Any], sample: Callable[[], Any]) -> Callable[[], None]:
+    """One extend followed by one sampling step."""
+
+    def step() -> None:
+        extend()
+        sample()
+
+    return step
 
 
 def print_table(results: list[tuple[str, str, float, float | None, str]]) -> None:
@@ -155,6 +182,27 @@ def print_table(results: list[tuple[str, str, float, float | None, str]]) -> Non
         print(f"{config:<22}{operation:<34}{mine:13.0f}{their_text}{ratio_text}")
         if note:
             print(f"{'':<22}  ({note})")
+
+
+def build_torchrl_extension() -> None:
+    """Compiles TorchRL's shipped C++ sources (``torchrl/csrc``) against the installed torch, in
+    a cache directory per torch version, and makes ``import torchrl._torchrl`` load the result."""
+    from torch.utils.cpp_extension import load
+
+    spec = importlib.util.find_spec("torchrl")
+    if spec is None or spec.origin is None:
+        raise SystemExit("TorchRL is not installed; nothing to build.")
+    sources = Path(spec.origin).parent / "csrc"
+    build = Path(tempfile.gettempdir()) / f"rlcollect-torchrl-extension-{torch.__version__}"
+    build.mkdir(exist_ok=True)
+    print(f"compiling TorchRL's C++ extension from {sources} in {build} (once) ...", flush=True)
+    module = load(
+        "_torchrl",
+        [str(sources / "pybind.cpp"), str(sources / "utils.cpp")],
+        extra_cflags=["-O3"],
+        build_directory=str(build),
+    )
+    sys.modules["torchrl._torchrl"] = module
 
 
 def load_torchrl_extension(path: str) -> None:
@@ -176,9 +224,17 @@ def main() -> None:
         help="a build of TorchRL's C++ extension (_torchrl.so) to use where the installed one "
         "does not load with this torch (TorchRL's PrioritizedSampler needs it)",
     )
+    parser.add_argument(
+        "--build-torchrl-extension",
+        action="store_true",
+        help="compile TorchRL's C++ extension from the sources its wheel ships, against the "
+        "installed torch (needs a C++ compiler; cached per torch version)",
+    )
     args = parser.parse_args()
     if args.torchrl_extension:
         load_torchrl_extension(args.torchrl_extension)
+    elif args.build_torchrl_extension:
+        build_torchrl_extension()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     warnings.filterwarnings("ignore")

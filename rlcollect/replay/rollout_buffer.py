@@ -232,6 +232,10 @@ class RolloutBuffer:
     def get(self, flatten: bool = True) -> TensorDictBase:
         """Consumes the added rollout and returns its transition view (``[N * T]`` or ``[N, T]``).
 
+        The view already lacks slot ``T``: compute bootstrapped quantities (GAE) on
+        :attr:`rollout`, whose slot ``T`` holds the bootstrap value, and do not call
+        :func:`transition_view` again on what this returns (that would drop step ``T - 1``).
+
         Raises:
             MisuseError: no rollout was added since the last ``get``.
         """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import os
+from collections.abc import Sequence
 from multiprocessing.context import get_spawning_popen
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -104,7 +105,14 @@ class Storage(abc.ABC):
     def read_column(self, key: str | tuple[str, ...], index: torch.Tensor) -> torch.Tensor:
         """The entry ``key`` of the items at slots ``index``, stacked."""
 
-    def __getitem__(self, index: torch.Tensor | int) -> Any:
+    def __getitem__(self, index: torch.Tensor | int | slice | Sequence[int]) -> Any:
+        """Items by slot: an int, a slice over the stored items, a list or a 1-D tensor."""
+        if isinstance(index, slice):
+            return self.get(torch.arange(*index.indices(len(self))))
+        if isinstance(index, torch.Tensor) and index.ndim == 0:
+            return self.get(int(index))
+        if not isinstance(index, (int, torch.Tensor)):
+            index = torch.as_tensor(index, dtype=torch.long)
         return self.get(index)
 
     def empty(self) -> None:

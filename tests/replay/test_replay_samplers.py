@@ -126,16 +126,17 @@ def test_bad_priorities_raise_and_change_nothing(priority: torch.Tensor, message
     before = buffer.sampler.state_dict()
     with pytest.raises(ValueError, match=message):
         buffer.update_priority(torch.tensor([0, 1, 2]), priority)
-    after = buffer.sampler.state_dict()
-    assert torch.equal(before["weights"], after["weights"])
-    assert before["max_priority"] == after["max_priority"]
+    assert_same_state(buffer.sampler.state_dict(), before)
 
 
 def test_priorities_of_empty_slots_are_refused() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(10), sampler=PrioritizedSampler(10, 1.0, 1.0))
     buffer.extend(torch.arange(4))
+    buffer.sample(1)  # the new items got their priority
+    before = buffer.sampler.state_dict()
     with pytest.raises(ValueError, match=r"indices \[7, 10\] hold no stored item"):
-        buffer.update_priority(torch.tensor([1, 7, 10]), 1.0)
+        buffer.update_priority(torch.tensor([1, 7, 10]), 5.0)
+    assert_same_state(buffer.sampler.state_dict(), before)
 
 
 def test_prioritized_sampler_must_cover_the_storage() -> None:
@@ -145,11 +146,31 @@ def test_prioritized_sampler_must_cover_the_storage() -> None:
         buffer.sample(2)
 
 
-@pytest.mark.parametrize("sampler", [RandomSampler(), PrioritizedSampler(4, 1.0, 1.0)])
-def test_sampling_an_empty_buffer_is_misuse(sampler: object) -> None:
-    buffer = ReplayBuffer(storage=LazyTensorStorage(4), sampler=sampler)  # type: ignore[arg-type]
-    with pytest.raises(MisuseError, match="cannot sample from an empty replay buffer"):
-        buffer.sample(2)
+@pytest.mark.parametrize("name", ["random", "without_replacement", "prioritized", "slice"])
+def test_sampling_an_empty_buffer_is_misuse_and_changes_nothing(name: str) -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(32), sampler=SAMPLERS[name](), batch_size=8)
+    buffer.extend(transitions(6))
+    buffer.empty()
+    before = buffer.sampler.state_dict()
+    for _ in range(2):
+        with pytest.raises(
+            MisuseError, match=r"empty replay buffer; extend\(\) it with data first"
+        ):
+            buffer.sample()
+    assert (len(buffer), buffer.write_count) == (0, 0)
+    assert buffer.storage.log.snapshot() == (0, 0, 0)
+    assert_same_state(buffer.sampler.state_dict(), before)
+    buffer.extend(transitions(8, first=100))  # and the buffer works as before
+    assert set(buffer.sample()["id"].tolist()) <= set(range(100, 108))
+
+
+def assert_same_state(state: dict, expected: dict) -> None:
+    assert state.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key
+        else:
+            assert state[key] == value, key
 
 
 def test_priority_updates_warn_without_a_prioritized_sampler() -> None:
@@ -186,10 +207,16 @@ def test_without_replacement_drop_last() -> None:
     buffer = ReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler, batch_size=4)
     buffer.extend(torch.arange(10))
     assert [len(batch) for batch in buffer] == [4, 4]
+    next(iter(buffer))  # halfway through an epoch
     before = sampler.state_dict()
-    with pytest.raises(ValueError, match="batch_size=11 is larger than the 10 stored items"):
+    with pytest.raises(
+        ValueError,
+        match=r"batch_size=11 is larger than the 10 stored items.*use drop_last=False",
+    ):
         buffer.sample(11)
-    assert torch.equal(sampler.state_dict()["order"], before["order"])
+    assert_same_state(sampler.state_dict(), before)
+    assert (len(buffer), buffer.write_count) == (10, 10)
+    assert torch.equal(buffer.sample(), before["order"][:4])  # the epoch goes on where it was
     with pytest.raises(ValueError, match="needs a fixed batch size"):
         ReplayBuffer(storage=LazyTensorStorage(4), sampler=SamplerWithoutReplacement(True))
 

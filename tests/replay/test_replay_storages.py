@@ -104,16 +104,36 @@ def test_tensor_storage_of_plain_tensors() -> None:
 
 @pytest.mark.parametrize("max_size", [0, -3, 2.5, True])
 def test_bad_max_size_is_refused(max_size: object, tmp_path: Path) -> None:
+    message = rf"max_size must be a positive int, got {max_size!r}; .* e.g. max_size=100_000"
     for make in (ListStorage, LazyTensorStorage):
-        with pytest.raises(ValueError, match="max_size must be a positive int"):
+        with pytest.raises(ValueError, match=message):
             make(max_size)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_size must be a positive int"):
-        LazyMemmapStorage(max_size, scratch_dir=tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        LazyMemmapStorage(max_size, scratch_dir=tmp_path / "new")  # type: ignore[arg-type]
+    assert not (tmp_path / "new").exists(), "a refused storage left files behind"
+    # a refused size leaves a storage already in the directory as it was
+    directory = tmp_path / "existing"
+    ReplayBuffer(storage=LazyMemmapStorage(6, scratch_dir=directory)).extend(transitions(8))
+    files = sorted(path.name for path in directory.iterdir())
+    with pytest.raises(ValueError, match=message):
+        LazyMemmapStorage(max_size, scratch_dir=directory)  # type: ignore[arg-type]
+    assert sorted(path.name for path in directory.iterdir()) == files
+    reopened = ReplayBuffer(storage=LazyMemmapStorage.open(directory))
+    assert stored_ids(reopened) == list(range(2, 8))
+    assert reopened.write_count == 8
 
 
-@pytest.mark.parametrize("kind", ["tensor", "memmap"])
+def assert_same_storage_state(state: dict, expected: dict) -> None:
+    assert state["layout"] == expected["layout"]
+    assert state["log"] == expected["log"]
+    for leaf, saved in zip(state["leaves"], expected["leaves"], strict=True):
+        assert torch.equal(leaf, saved)
+
+
+@pytest.mark.parametrize("kind", ["tensor", "memmap", "shared"])
 def test_mismatched_batches_raise_and_change_nothing(kind: str, tmp_path: Path) -> None:
-    buffer = ReplayBuffer(storage=make_storage(kind, 10, tmp_path))
+    storage = make_storage("tensor" if kind == "shared" else kind, 10, tmp_path)
+    buffer = ReplayBuffer(storage=storage, shared=kind == "shared")
     buffer.extend(transitions(3))
     before = buffer.state_dict()
     with pytest.raises(ValueError, match=r"missing \['id'\], unexpected \['other'\]"):
@@ -126,9 +146,26 @@ def test_mismatched_batches_raise_and_change_nothing(kind: str, tmp_path: Path) 
         buffer.extend(transitions(2).exclude(("next", "reward")))
     with pytest.raises(ValueError, match="use add\\(\\) for one item"):
         buffer.extend(transitions(1)[0])
+    with pytest.raises(ValueError, match=r"entry 'id' has shape \(30, 2\), expected .* shape \(\)"):
+        buffer.extend(transitions(30).set("id", torch.zeros(30, 2, dtype=torch.long)))  # > max_size
+    with pytest.raises(TypeError, match="this storage holds TensorDicts; got a plain tensor"):
+        buffer.extend(torch.zeros(4, 3))
     after = buffer.state_dict()
     assert after["writer"] == before["writer"]
+    assert_same_storage_state(after["storage"], before["storage"])
     assert stored_ids(buffer) == [0, 1, 2]
+    buffer.close()
+
+
+def test_mismatched_tensor_batches_raise_and_change_nothing() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(6))
+    buffer.extend(torch.arange(8.0).reshape(4, 2))
+    before = buffer.state_dict()
+    with pytest.raises(ValueError, match=r"entry tensor has shape \(3, 5\), expected .* \(2,\)"):
+        buffer.extend(torch.zeros(3, 5))
+    with pytest.raises(TypeError, match="this storage holds tensors; got a TensorDict"):
+        buffer.extend(transitions(2))
+    assert_same_storage_state(buffer.state_dict()["storage"], before["storage"])
 
 
 def test_reading_an_unwritten_tensor_storage_is_misuse() -> None:
@@ -220,3 +257,14 @@ def test_opening_a_missing_storage_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="holds no storage"):
         LazyMemmapStorage.open(tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("kind", STORAGES)
+def test_storages_index_by_slice_list_and_tensor(kind: str, tmp_path: Path) -> None:
+    storage = make_storage(kind, 10, tmp_path)
+    ReplayBuffer(storage=storage).extend(transitions(6))
+    assert [int(i) for i in storage[:]["id"]] == list(range(6)), "a slice covers stored items"
+    assert [int(i) for i in storage[1:5:2]["id"]] == [1, 3]
+    assert [int(i) for i in storage[[4, 0]]["id"]] == [4, 0]
+    assert [int(i) for i in storage[torch.tensor([5, 2])]["id"]] == [5, 2]
+    assert int(storage[torch.tensor(3)]["id"]) == 3

@@ -104,6 +104,21 @@ def test_transition_view_shares_storage_with_the_buffer() -> None:
     assert single["next", "reward"][0, 3].item() == 5.0
 
 
+def test_slot_t_holds_the_bootstrap_value_outside_the_transitions() -> None:
+    buffer = RolloutBuffer(N, T, frame())
+    rollout = buffer.start_rollout()
+    fill(rollout, offset=0.0)
+    buffer.add(rollout)
+    transitions = buffer.get(flatten=False)
+    steps = 10.0 * torch.arange(N).unsqueeze(1) + torch.arange(T + 1)
+    assert torch.equal(transitions["state_value"][..., 0], steps[:, :T])
+    assert torch.equal(buffer.rollout["state_value"][:, T, 0], steps[:, T])  # the bootstrap
+    # the last transition's next observation is the observation stored in slot T
+    assert torch.equal(
+        transitions["next", "observation"][:, -1], buffer.rollout["observation"][:, T]
+    )
+
+
 def test_foreign_rollouts_are_copied_in_or_refused() -> None:
     buffer = RolloutBuffer(N, T, frame())
     other = buffer.rollout.clone()

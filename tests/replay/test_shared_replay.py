@@ -30,9 +30,18 @@ def check_frames_consistent(sample: torch.Tensor) -> None:
 
 @pytest.mark.timeout(180)
 @pytest.mark.usefixtures("no_leftover_children")
-def test_two_processes_extend_one_shared_buffer_while_it_is_sampled() -> None:
+@pytest.mark.parametrize("kind", ["tensor", "memmap"])
+def test_two_processes_extend_one_shared_buffer_while_it_is_sampled(
+    kind: str, tmp_path: Path
+) -> None:
     context = multiprocessing.get_context("spawn")
-    buffer = ReplayBuffer(storage=LazyTensorStorage(2 * ITEMS_PER_WORKER + 500), shared=True)
+    max_size = 2 * ITEMS_PER_WORKER + 500
+    storage = (
+        LazyTensorStorage(max_size)
+        if kind == "tensor"
+        else LazyMemmapStorage(max_size, scratch_dir=tmp_path / "buffer")
+    )
+    buffer = ReplayBuffer(storage=storage, shared=True)
     go = context.Barrier(3)  # both workers and this process start together
     workers = [
         context.Process(target=extend_shared, args=(buffer, worker, ITEMS_PER_WORKER, 97, go))
