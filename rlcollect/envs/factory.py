@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.gym import GymEnv
+from rlcollect.envs.gym import GymEnv, make_gym_env
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 
 
@@ -19,7 +19,10 @@ def make_env(create_env_fn: Any, create_env_kwargs: Mapping[str, Any] | None = N
     """
     kwargs = dict(create_env_kwargs or {})
     if isinstance(create_env_fn, str):
-        return GymEnv(create_env_fn, **kwargs)
+        # Made here, not by GymEnv, so that an unknown id names the collector's argument.
+        encoding = bool(kwargs.pop("categorical_action_encoding", False))
+        gym_env = make_gym_env(create_env_fn, "create_env_fn", **kwargs)
+        return GymEnv(gym_env, categorical_action_encoding=encoding)
     if isinstance(create_env_fn, EnvBase) or is_torchrl_env(create_env_fn):
         if kwargs:
             raise ValueError(

@@ -21,15 +21,15 @@ from rlcollect.envs.gym_spaces import (
 from rlcollect.envs.specs import Categorical, Composite, Unbounded
 
 
-def make_gym_env(env_id: str, **make_kwargs: Any) -> gym.Env:
-    """`gymnasium.make(env_id)` with an error that names the argument when the id is unknown."""
+def make_gym_env(env_id: str, argument: str = "env", **make_kwargs: Any) -> gym.Env:
+    """`gymnasium.make(env_id)` with an error that names `argument` when the id is unknown."""
     if not isinstance(env_id, str):
-        raise TypeError(f"env_id must be a Gymnasium id string; got {type(env_id).__name__}.")
+        raise TypeError(f"{argument} must be a Gymnasium id string; got {type(env_id).__name__}.")
     try:
         return gym.make(env_id, **make_kwargs)
     except gym.error.Error as err:
         raise ValueError(
-            f"env_id={env_id!r} is not a registered Gymnasium env ({err}); check the spelling "
+            f"{argument}={env_id!r} is not a registered Gymnasium env ({err}); check the spelling "
             "and version suffix (e.g. 'CartPole-v1'), or import the package that registers it."
         ) from err
 

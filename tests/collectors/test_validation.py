@@ -62,7 +62,7 @@ def test_unwrappable_policy_says_how_to_wrap() -> None:
 def test_bad_env_arguments() -> None:
     with pytest.raises(TypeError, match="create_env_fn must be an env"):
         Collector(3, None, frames_per_batch=10)
-    with pytest.raises(ValueError, match="env_id='NoSuchEnv-v0' is not a registered"):
+    with pytest.raises(ValueError, match="create_env_fn='NoSuchEnv-v0' is not a registered"):
         Collector("NoSuchEnv-v0", None, frames_per_batch=10)
     with pytest.raises(TypeError, match="create_env_fn returned"):
         Collector(lambda: "not an env", None, frames_per_batch=10)

@@ -147,13 +147,16 @@ def assert_same_rollout(ours: TensorDictBase, reference: TensorDictBase) -> None
         assert torch.equal(ours[key], reference[key]), key
 
 
-def rollouts_of_both(ours: GymEnv, reference: Any, steps: int, seed: int) -> tuple[Any, Any]:
+def rollouts_of_both(
+    ours: GymEnv, reference: Any, steps: int, seed: int, break_when_any_done: bool = False
+) -> tuple[Any, Any]:
     torch.manual_seed(seed)
     actions = [ours.action_spec.rand() for _ in range(steps)]
     results = []
+    assert ours.set_seed(seed) == seed + 1  # TorchRL returns a hash of the seed instead
+    reference.set_seed(seed)
     for env in (ours, reference):
-        env.set_seed(seed)
-        results.append(env.rollout(steps, replay(actions), break_when_any_done=False))
+        results.append(env.rollout(steps, replay(actions), break_when_any_done=break_when_any_done))
     return results[0], results[1]
 
 
@@ -174,6 +177,16 @@ def test_rollout_matches_torchrl(env_id: str, kwargs: dict) -> None:
         assert data[NEXT, TERMINATED].any()
     if "max_episode_steps" in kwargs:
         assert data[NEXT, TRUNCATED].flatten().nonzero().flatten().tolist() == list(range(6, 60, 7))
+    ours.close()
+    reference.close()
+
+
+def test_rollout_to_the_first_done_matches_torchrl() -> None:
+    ours, reference = GymEnv("CartPole-v1"), torchrl.envs.GymEnv("CartPole-v1")
+    data, expected = rollouts_of_both(ours, reference, 200, seed=4, break_when_any_done=True)
+    assert_same_rollout(data, expected)
+    assert data.batch_size[0] < 200
+    assert data[NEXT, DONE].flatten().nonzero().flatten().tolist() == [data.batch_size[0] - 1]
     ours.close()
     reference.close()
 
@@ -240,6 +253,13 @@ def test_spaces_with_a_start_are_shifted_to_zero_based_indices(
         assert len(inner.actions) > 0
 
 
+def test_check_env_passes_on_scalar_box_observations() -> None:
+    space = spaces.Box(-1.0, 1.0, (), np.float32)
+    with GymEnv(RecordingEnv(space, spaces.Discrete(2))) as env:
+        assert env.observation_spec[OBSERVATION].shape == torch.Size([])
+        check_env(env, steps=6)
+
+
 def test_reward_and_flags_have_torchrl_layout() -> None:
     env = GymEnv("CartPole-v1")
     env.set_seed(0)
@@ -261,7 +281,7 @@ def test_gym_env_refuses_a_non_cpu_carrier() -> None:
 
 
 def test_unknown_id_is_named() -> None:
-    with pytest.raises(ValueError, match=r"env_id='NoSuchEnv-v0' is not a registered Gymnasium"):
+    with pytest.raises(ValueError, match=r"env='NoSuchEnv-v0' is not a registered Gymnasium"):
         GymEnv("NoSuchEnv-v0")
     with pytest.raises(ValueError, match=r"check the spelling and version suffix"):
         GymEnv("CartPole-v99")

@@ -17,14 +17,17 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.envs import ParallelEnv, SerialEnv, allocate_carrier
+from rlcollect.envs import GymEnv, ParallelEnv, SerialEnv, allocate_carrier
 from rlcollect.envs.base import EnvBase
 from rlcollect.errors import MisuseError, WorkerError
 from rlcollect.testing import check_env
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leftover_children")]
-
 STEPS = 60  # long enough for random CartPole episodes (~20 steps) to end and reset
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+]
 
 
 class FailingCartPole(gym.Wrapper):
@@ -125,6 +128,20 @@ def test_one_env_per_worker_partial_reset_and_check_env() -> None:
     env.close()
 
 
+def test_set_seed_gives_sub_env_i_seed_plus_i_and_returns_the_next_free_seed() -> None:
+    env = ParallelEnv(2, "CartPole-v1")
+    assert env.set_seed(11) == 13
+    actions = random_actions(env, STEPS, seed=6)
+    batched = run_buffer_face(env, 11, actions)
+    env.close()
+    assert batched[keys.NEXT, keys.DONE].any(), "the run must cross an episode end"
+    for index in range(2):
+        single = GymEnv("CartPole-v1")
+        expected = run_buffer_face(single, 11 + index, actions[index])
+        single.close()
+        assert (batched[index] == expected).all(), f"sub-env {index} differs"
+
+
 def test_garbage_collection_stops_the_workers() -> None:
     env = ParallelEnv(2, "CartPole-v1")
     pids = env.worker_pids
@@ -152,6 +169,24 @@ def test_exception_in_a_sub_env_raises_worker_error_and_closes() -> None:
     assert "in step" in caught.value.remote_traceback
     assert env.is_closed
     assert_processes_gone(pids)
+
+
+def test_exception_in_step_through_the_tensordict_face() -> None:
+    env = ParallelEnv(2, ["CartPole-v1", functools.partial(FailingCartPole, "raise")])
+    pids = env.worker_pids
+    env.set_seed(0)
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match="worker 1 failed: step_into") as caught:
+        env.rollout(10, break_when_any_done=False)
+    assert time.monotonic() - started < 10.0
+    message = str(caught.value)
+    assert "RuntimeError: the pole broke at step 3" in message
+    assert "--- traceback in worker 1 ---\nTraceback (most recent call last)" in message
+    assert 'raise RuntimeError("the pole broke at step 3")' in message
+    assert env.is_closed
+    assert_processes_gone(pids)
+    with pytest.raises(MisuseError, match="closed"):
+        env.reset()
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
