@@ -18,7 +18,7 @@ from typing import Any
 import hydra
 import torch
 from common.checkpoint import load_checkpoint
-from common.config import ConfigError, build, build_partial, resume_path, validate
+from common.config import build, build_partial, resume_path, run_or_exit, validate
 from common.env_info import probe_env
 from common.recorder import RunRecorder
 from hydra.core.hydra_config import HydraConfig
@@ -84,10 +84,7 @@ def train(cfg: DictConfig) -> None:
 
 @hydra.main(config_path="conf", config_name="collect", version_base=None)
 def main(cfg: DictConfig) -> None:
-    try:
-        train(cfg)
-    except ConfigError as err:
-        raise SystemExit(f"config error: {err}") from err
+    run_or_exit(train, cfg)
 
 
 if __name__ == "__main__":

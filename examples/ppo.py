@@ -17,7 +17,7 @@ from typing import Any
 import hydra
 import torch
 from common.checkpoint import load_checkpoint
-from common.config import ConfigError, build, build_partial, resume_path, validate
+from common.config import ConfigError, build, build_partial, resume_path, run_or_exit, validate
 from common.env_info import probe_env
 from common.evaluation import evaluate
 from common.recorder import RunRecorder
@@ -172,10 +172,7 @@ def report(cfg: DictConfig, recorder: RunRecorder, env_factory: Any, policy: Any
 
 @hydra.main(config_path="conf", config_name="ppo", version_base=None)
 def main(cfg: DictConfig) -> None:
-    try:
-        train(cfg)
-    except ConfigError as err:
-        raise SystemExit(f"config error: {err}") from err
+    run_or_exit(train, cfg)
 
 
 if __name__ == "__main__":

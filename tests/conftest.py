@@ -22,8 +22,8 @@ def shared_memory_entries() -> set[str]:
         return set()
 
 
-def foreign_processes() -> list[Path]:
-    """/proc entries of the live processes that are neither this process nor its descendants."""
+def process_parents() -> dict[int, int]:
+    """pid -> parent pid of every live process, read from /proc."""
     parents: dict[int, int] = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -33,6 +33,12 @@ def foreign_processes() -> list[Path]:
                 )
             except (OSError, IndexError, ValueError):
                 continue
+    return parents
+
+
+def foreign_processes() -> list[Path]:
+    """/proc entries of the live processes that are neither this process nor its descendants."""
+    parents = process_parents()
     me, foreign = os.getpid(), []
     for pid in parents:
         ancestor = pid

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +147,11 @@ def build_partial(cfg: DictConfig, key: str) -> Any:
         raise ConfigError(
             f"{key}: could not build {node.get('_target_')} from the config: {err}"
         ) from err
+
+
+def run_or_exit(train: Callable[[DictConfig], None], cfg: DictConfig) -> None:
+    """Run a script's `train(cfg)`; a config error ends the run with its message, no traceback."""
+    try:
+        train(cfg)
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from err

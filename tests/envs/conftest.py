@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import process_parents
+
 # multiprocessing's per-interpreter helpers, children of this process: one fork server (whose
 # children are the workers) and one resource tracker, shared by all ParallelEnvs and collectors
 # of the process; they are not workers and exit with the interpreter.
@@ -25,15 +27,7 @@ MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resour
 def descendants() -> dict[int, tuple[int, str]]:
     """This process's live descendants at the OS level (zombies included): pid -> (parent pid,
     command line)."""
-    parents: dict[int, int] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                parents[int(proc.name)] = int(
-                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
-                )
-            except (OSError, IndexError, ValueError):
-                continue
+    parents = process_parents()
     found: dict[int, tuple[int, str]] = {}
     frontier = [os.getpid()]
     while frontier:
