@@ -32,6 +32,11 @@ class BackgroundLoop:
         self.error: BaseException | None = None
 
     @property
+    def is_stopping(self) -> bool:
+        """Whether the thread runs but was told to stop: a batch it finishes must not be written."""
+        return self._stop.is_set() and self.is_running
+
+    @property
     def is_running(self) -> bool:
         """Whether the thread is alive."""
         return self._thread is not None and self._thread.is_alive()
@@ -67,7 +72,11 @@ class BackgroundLoop:
             self._resume.set()
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Ask the thread to stop after its batch in flight and wait up to `timeout` seconds."""
+        """Ask the thread to stop and wait up to `timeout` seconds for it to end.
+
+        The batch in flight is finished but, when `run_batch` checks `is_stopping`, not written,
+        so that nothing reaches the buffer once `shutdown` has returned.
+        """
         self._stop.set()
         self._resume.set()
         if self._thread is not None:

@@ -62,6 +62,10 @@ class EpisodeTracker:
         self.last_returns: torch.Tensor = torch.zeros(0)
         self.return_sum = 0.0
 
+    def restart(self) -> None:
+        """Forget the unfinished episodes: the env was reset, they will never finish."""
+        self.running = None
+
     def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """Account one batch of `[n, T]` rewards and done flags."""
         reward = reward.double()

@@ -145,23 +145,30 @@ class CarrierLayout:
             self._at(tensor, 0).copy_(self._at(tensor, self.steps))
 
     def truncate_last_step(self) -> None:
-        """Mark the batch's last step truncated and done (`set_truncated=True`)."""
+        """Mark the batch's last step truncated and done (`set_truncated=True`).
+
+        The collector checks at construction that the env has a truncated flag.
+        """
         if self._truncated is None:
-            raise KeyError(
-                "set_truncated=True needs a ('next', 'truncated') key; the env has none."
-            )
+            raise KeyError("the carrier has no ('next', 'truncated') entry to mark.")
         self._at(self._truncated, self.steps - 1).fill_(True)
         self._at(self._done, self.steps - 1).fill_(True)
 
-    def finish_batch(
-        self, trajectories: TrajectoryCounter, episodes: EpisodeTracker, version: int
-    ) -> None:
-        """Trajectory ids, episode returns and policy version for the batch just collected."""
+    def record_episodes(self, episodes: EpisodeTracker) -> None:
+        """Account the returns of the episodes the env finished in the batch just collected.
+
+        Called before `truncate_last_step`, so that a batch cut is not counted as an episode.
+        """
+        n = self.env_numel
+        done = self._done[..., : self.steps, :].reshape(n, self.steps)
+        reward = self._reward[..., : self.steps, :].reshape(n, self.steps, -1).sum(-1)
+        episodes.update(reward, done)
+
+    def finish_batch(self, trajectories: TrajectoryCounter, version: int) -> None:
+        """Trajectory ids and policy version for the batch just collected."""
         n = self.env_numel
         done = self._done[..., : self.steps, :].reshape(n, self.steps)
         traj = self._traj.reshape(n, self.steps + 1)
         trajectories.fill(traj[:, 0].clone(), done, traj)
-        reward = self._reward[..., : self.steps, :].reshape(n, self.steps, -1).sum(-1)
-        episodes.update(reward, done)
         if self._version is not None:
             self._version[..., : self.steps].fill_(version)

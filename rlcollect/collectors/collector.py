@@ -19,7 +19,7 @@ from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
 from rlcollect.collectors.options import BatchOptions, validate_frames
 from rlcollect.collectors.policy_weights import PolicyHolder
-from rlcollect.collectors.step_limit import StepLimit
+from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.envs.factory import make_env
 
 
@@ -118,6 +118,8 @@ class Collector:
         )
         if max_frames_per_traj is not None and max_frames_per_traj > 0:
             self.env = StepLimit(self.env, max_frames_per_traj)
+        if set_truncated:
+            require_truncated_flag(self.env, "set_truncated=True")
         self.options = options
         self.worker_idx = worker_idx
         self.exploration_type = exploration_type
@@ -133,8 +135,8 @@ class Collector:
                 f"{batch_numel}; collecting {self.frames_per_batch} frames per batch.",
                 stacklevel=2,
             )
-        self.total_frames = self._round_total(total_frames)
-        self.init_random_frames = self._round_total(init_random_frames or 0)
+        self.total_frames = self._round_total("total_frames", total_frames)
+        self.init_random_frames = self._round_total("init_random_frames", init_random_frames or 0)
 
         self.policy = PolicyHolder(policy, self.env.observation_keys, self.devices.policy)
         self.layout = CarrierLayout.build(
@@ -151,14 +153,14 @@ class Collector:
         self._start_time: float | None = None
         self._frames_at_start = 0
 
-    def _round_total(self, frames: int) -> int:
+    def _round_total(self, argument: str, frames: int) -> int:
         if frames <= 0:
             return frames
         rounded = -(-frames // self.frames_per_batch) * self.frames_per_batch
         if rounded != frames:
             warnings.warn(
-                f"{frames} frames is not a multiple of the batch of {self.frames_per_batch}; "
-                f"using {rounded}.",
+                f"{argument}={frames} is not a multiple of the batch of "
+                f"{self.frames_per_batch} frames; using {argument}={rounded}.",
                 stacklevel=3,
             )
         return rounded
@@ -175,6 +177,7 @@ class Collector:
         if self._needs_reset or self.options.reset_at_each_iter:
             env.reset_into(0)
             layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
+            self._episodes.restart()
             self._needs_reset = False
         else:
             layout.carry_over()
@@ -185,9 +188,10 @@ class Collector:
             for t in range(self.steps_per_batch):
                 policy_step(t)
                 env_step(t)
+        layout.record_episodes(self._episodes)
         if self.set_truncated:
             layout.truncate_last_step()
-        layout.finish_batch(self._trajectories, self._episodes, self.policy.version)
+        layout.finish_batch(self._trajectories, self.policy.version)
         self.frames += self.frames_per_batch
         self.iterations += 1
 
@@ -220,6 +224,8 @@ class Collector:
         if self.is_done:
             return False
         self._collect()
+        if self._background.is_stopping:
+            return False
         batch = self.layout.batch_view
         if self.options.pipeline or self.devices.storing_crosses:
             batch = self._deliver()
@@ -274,7 +280,12 @@ class Collector:
         return self._background.pause()
 
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop background collection (after the batch in flight) and release the env."""
+        """Stop background collection and release the env.
+
+        Returns once the thread has ended or after `timeout` seconds, whichever comes first;
+        the batch in flight is dropped, so nothing is written to the buffer after this returns.
+        The env is closed only if the thread has ended.
+        """
         try:
             self._background.shutdown(timeout)
         finally:

@@ -9,12 +9,25 @@ import torch
 DeviceLike = torch.device | str | int | None
 
 
+def canonical_device(device: torch.device) -> torch.device:
+    """`device` with its index filled in: "cuda" is the current CUDA device, e.g. "cuda:0".
+
+    Parameters and tensors always report an index, so comparing devices without it would see
+    "cuda" and "cuda:0" as different and copy data (or the policy) for nothing.
+    """
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def parse_device(value: DeviceLike, argument: str) -> torch.device | None:
     """`torch.device(value)`, with an error naming `argument` when the string is not a device."""
-    if value is None or isinstance(value, torch.device):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, torch.device):
+        return canonical_device(value)
     try:
-        return torch.device(value)
+        return canonical_device(torch.device(value))
     except (RuntimeError, TypeError) as err:
         raise ValueError(
             f"{argument}={value!r} is not a device; use e.g. 'cpu', 'cuda', 'cuda:0' or a "
@@ -45,7 +58,8 @@ class DeviceSplit:
         storing_device: DeviceLike = None,
     ) -> DeviceSplit:
         common = parse_device(device, "device")
-        env = parse_device(env_device, "env_device") or common or env_own_device
+        own = canonical_device(torch.device(env_own_device))
+        env = parse_device(env_device, "env_device") or common or own
         policy = parse_device(policy_device, "policy_device") or common or env
         storing = parse_device(storing_device, "storing_device") or common or env
         return cls(env=env, policy=policy, storing=storing)

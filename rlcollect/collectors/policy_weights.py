@@ -21,6 +21,15 @@ def _parameter_devices(module: Any) -> set[torch.device]:
     return {tensor.device for tensor in tensors}
 
 
+def _weight_names(weights: Any) -> set[str]:
+    """The dotted parameter names of a state dict or a TensorDict of parameters."""
+    if isinstance(weights, TensorDictBase):
+        return set(weights.flatten_keys(".").keys())
+    if isinstance(weights, Mapping):
+        return set(weights)
+    return set()
+
+
 class PolicyHolder:
     """Holds the policy the collector runs, on `device`.
 
@@ -40,20 +49,18 @@ class PolicyHolder:
         self.module = resolved
 
     def _target_for(self, weights: Any) -> nn.Module:
+        """The module `weights` belong to: ours, or the plain module it wraps."""
         module = self.module
-        wrapped_plain = isinstance(module, TensorDictModule) and not isinstance(
+        is_wrapped_plain = isinstance(module, TensorDictModule) and not isinstance(
             module.module, TensorDictModuleBase
         )
-        if (
-            wrapped_plain
-            and isinstance(weights, nn.Module)
-            and not isinstance(weights, TensorDictModuleBase)
-        ):
+        if not is_wrapped_plain:
+            return module
+        if isinstance(weights, nn.Module):
+            return module if isinstance(weights, TensorDictModuleBase) else module.module
+        names = _weight_names(weights)
+        if names and names <= set(module.module.state_dict()):
             return module.module
-        if wrapped_plain and isinstance(weights, Mapping):
-            names = set(dict(module.module.state_dict()))
-            if set(weights) <= names:
-                return module.module
         return module
 
     def update(self, weights: Any = None) -> None:

@@ -7,12 +7,27 @@ env's `advance_into` resets the sub-env as for any other done step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.specs import Unbounded
+
+
+def require_truncated_flag(env: Any, option: str) -> None:
+    """Raise a ValueError naming `option` unless `env` has a root `"truncated"` flag."""
+    root_flags = [
+        key[0] if isinstance(key, tuple) and len(key) == 1 else key for key in env.done_keys
+    ]
+    if keys.TRUNCATED not in root_flags:
+        raise ValueError(
+            f"{option} marks steps truncated, but the env has no 'truncated' flag (its done "
+            f"keys are {list(env.done_keys)}); add one to its done_spec or drop {option}."
+        )
 
 
 class StepLimit(EnvBase):
@@ -30,6 +45,7 @@ class StepLimit(EnvBase):
             )
         if max_steps < 1:
             raise ValueError(f"max_frames_per_traj must be >= 1; got {max_steps}.")
+        require_truncated_flag(env, f"max_frames_per_traj={max_steps}")
         super().__init__(env.batch_size, env.device)
         self.env = env
         self.max_steps = max_steps
@@ -81,6 +97,15 @@ class StepLimit(EnvBase):
 
     def set_seed(self, seed: int) -> int:
         return self.env.set_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped env's state (its transforms' buffers), or `{}` when it keeps none."""
+        return self.env.state_dict() if hasattr(self.env, "state_dict") else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict()` returned into the wrapped env."""
+        if state and hasattr(self.env, "load_state_dict"):
+            self.env.load_state_dict(state)
 
     def close(self) -> None:
         self.env.close()

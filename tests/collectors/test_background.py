@@ -7,12 +7,13 @@ import time
 
 import pytest
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.replay import LazyTensorStorage, ReplayBuffer
-from rlcollect.testing import CountingEnv
+from rlcollect.testing import CountingEnv, TensorDictCountingEnv
 from tests.collectors.policies import GreedyPolicy
 
 
@@ -137,3 +138,26 @@ def test_start_without_buffer_is_refused() -> None:
     collector = Collector(CountingEnv(), None, frames_per_batch=10)
     with pytest.raises(RuntimeError, match="pass replay_buffer"):
         collector.start()
+
+
+class SlowCountingEnv(TensorDictCountingEnv):
+    """A counting env whose every step takes 20 ms: a 100-frame batch takes 2 s."""
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        time.sleep(0.02)
+        return super()._step(tensordict)
+
+
+@pytest.mark.timeout(60)
+def test_async_shutdown_returns_within_timeout_mid_batch() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(1000))
+    collector = Collector(
+        SlowCountingEnv(), None, frames_per_batch=100, total_frames=-1, replay_buffer=buffer
+    )
+    collector.start()
+    time.sleep(0.2)  # the first batch is in flight
+    started = time.monotonic()
+    collector.async_shutdown(timeout=0.2)
+    assert time.monotonic() - started < 1.0
+    wait_for(lambda: not any(t.name == "rlcollect-collector" for t in threading.enumerate()))
+    assert buffer.write_count == 0, "the batch in flight was written after shutdown returned"

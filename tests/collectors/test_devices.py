@@ -7,6 +7,7 @@ import torch
 
 from rlcollect import Collector
 from rlcollect.collectors.devices import DeviceSplit
+from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.envs import GymEnv
 from tests.collectors.policies import greedy_module
 
@@ -41,6 +42,34 @@ def test_policy_on_its_device_is_not_copied() -> None:
         GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10, device="cpu"
     )
     assert collector.policy.module is policy
+
+
+def test_policy_on_another_device_is_copied_there() -> None:
+    policy = greedy_module()
+    holder = PolicyHolder(policy, [("observation",)], META)
+    assert holder.module is not policy
+    assert {p.device for p in holder.module.parameters()} == {META}
+    assert {p.device for p in policy.parameters()} == {CPU}, "the user's policy was moved"
+
+
+def test_same_devices_move_no_data() -> None:
+    collector = Collector(
+        GymEnv("CartPole-v1"), greedy_module(), frames_per_batch=10, total_frames=10
+    )
+    assert collector.devices == DeviceSplit(env=CPU, policy=CPU, storing=CPU)
+    assert collector.layout.carrier.device == CPU
+    batch = collector.next()
+    assert batch.device == CPU
+
+
+def test_cuda_without_index_means_the_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    cuda1 = torch.device("cuda", 1)
+    split = DeviceSplit.resolve(env_own_device=cuda1, device="cuda")
+    assert split == DeviceSplit(env=cuda1, policy=cuda1, storing=cuda1)
+    assert not split.policy_crosses, "'cuda' and 'cuda:1' would move data for nothing"
+    assert not split.storing_crosses
 
 
 @pytest.mark.parametrize("argument", ["device", "storing_device", "policy_device", "env_device"])
@@ -100,3 +129,14 @@ def test_update_weights_copies_into_cuda_policy() -> None:
         policy.module.linear.bias.fill_(3.0)
     collector.update_policy_weights_()
     assert torch.equal(collector.policy.module.module.linear.bias.cpu(), torch.full((2,), 3.0))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_policy_already_on_cuda_is_not_copied() -> None:
+    policy = greedy_module().to("cuda")
+    collector = Collector(
+        GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10, policy_device="cuda"
+    )
+    assert collector.policy.module is policy
+    assert collector.next()["action"].device.type == "cpu"

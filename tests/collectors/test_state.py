@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.testing import CountingEnv
+from rlcollect.transforms import ObservationNorm, TransformedEnv
 from tests.collectors.policies import greedy_module
 
 
@@ -92,3 +94,45 @@ def test_weight_recv_scheme_is_polled_before_each_batch() -> None:
     )
     assert (collector.next()["action"].argmax(-1) == 1).all()
     assert collector.policy_version == 1
+
+
+def running_norm_env() -> TransformedEnv:
+    return TransformedEnv(CountingEnv(episode_length=5), ObservationNorm(running=True))
+
+
+@pytest.mark.parametrize("max_frames_per_traj", [None, 3])
+def test_state_dict_carries_env_transform_state(max_frames_per_traj: int | None) -> None:
+    def make() -> Collector:
+        return Collector(
+            running_norm_env(),
+            None,
+            frames_per_batch=10,
+            total_frames=40,
+            max_frames_per_traj=max_frames_per_traj,
+        )
+
+    first = make()
+    first.next()
+    state = first.state_dict()
+    assert state["env_state_dict"], "the env transforms' statistics were not saved"
+    resumed = make()
+    resumed.load_state_dict(state)
+    # from a reset, both collectors now normalize with the same running statistics
+    first.reset()
+    expected = first.next()["observation"]
+    assert torch.equal(resumed.next()["observation"], expected)
+    assert not torch.equal(make().next()["observation"], expected), "the state changed nothing"
+
+
+def test_episode_returns_restart_with_the_env() -> None:
+    collector = Collector(
+        CountingEnv(episode_length=4),
+        None,
+        frames_per_batch=5,
+        total_frames=15,
+        reset_at_each_iter=True,
+    )
+    list(collector)
+    stats = collector.stats()
+    assert stats["episodes"] == 3
+    assert stats["mean_episode_return"] == 4.0, "an unfinished episode's reward leaked on"
