@@ -36,7 +36,7 @@ from torch import nn
 
 from rlcollect import keys
 
-EXTRA_COLUMNS = ("loss", "epsilon", "updates", "buffer_size")
+EXTRA_COLUMNS = ("loss", "epsilon", "updates", "buffer_size", "eval_return")
 
 
 class Learner:
@@ -239,6 +239,7 @@ def learn(
     """The learner loop: keep pace with collection, push weights, log and checkpoint."""
     pacer = UpdatePacer(cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
     watch = StallWatch(collector, cfg.dqn.stall_timeout_s)
+    evaluation = PeriodicEvaluation(cfg, policy, learner.key, collector.frames)
     next_log = collector.frames + cfg.log_every
     synced_at = learner.updates
     while True:
@@ -247,7 +248,9 @@ def learn(
         finished = collector.is_done
         frames = collector.frames
         if frames >= next_log:
-            log_row(collector, replay_buffer, learner, policy, recorder)
+            with collector.pause():
+                eval_return = evaluation.run_if_due(frames)
+            log_row(collector, replay_buffer, learner, policy, recorder, eval_return)
             next_log = frames + cfg.log_every
         if recorder.checkpoint_due(frames):
             with collector.pause():
@@ -272,6 +275,25 @@ def learn(
     last = recorder.last_row
     if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
         log_row(collector, replay_buffer, learner, policy, recorder)
+
+
+class PeriodicEvaluation:
+    """Greedy episodes of the learner's policy every `eval_every` frames (`eval_episodes` of
+    them): the return DQN is judged by, free of the exploration noise of training episodes."""
+
+    def __init__(self, cfg: DictConfig, policy: EpsilonGreedy, key: Any, start_frames: int) -> None:
+        self.every = cfg.eval_every
+        self.episodes = cfg.eval_episodes
+        self.env_factory = build_partial(cfg, "env.make")
+        self.policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
+        self.next_at = start_frames + self.every
+
+    def run_if_due(self, frames: int) -> float:
+        """The mean greedy return when an evaluation is due at `frames`, NaN otherwise."""
+        if self.every <= 0 or self.episodes <= 0 or frames < self.next_at:
+            return float("nan")
+        self.next_at = frames + self.every
+        return evaluate(self.env_factory, self.policy, self.episodes)
 
 
 class StallWatch:
@@ -303,6 +325,7 @@ def log_row(
     learner: Learner,
     policy: EpsilonGreedy,
     recorder: RunRecorder,
+    eval_return: float = float("nan"),
 ) -> None:
     """Write one metrics row from the collector's stats and the learner's state."""
     recorder.log(
@@ -311,6 +334,7 @@ def log_row(
         epsilon=float(policy.epsilon),
         updates=learner.updates,
         buffer_size=len(replay_buffer),
+        eval_return=eval_return,
     )
 
 

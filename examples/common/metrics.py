@@ -9,6 +9,7 @@ from pathlib import Path
 
 FRAMES = "frames"
 MEAN_RETURN = "mean_episode_return"
+EVAL_RETURN = "eval_return"
 BASE_COLUMNS = (FRAMES, "wall_time_s", "frames_per_second", "episodes", MEAN_RETURN)
 
 
@@ -74,9 +75,15 @@ def plot_returns(csv_path: Path, png_path: Path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [row for row in read_metrics(csv_path) if not math.isnan(row.get(MEAN_RETURN, math.nan))]
+    all_rows = read_metrics(csv_path)
     figure, axes = plt.subplots(figsize=(6, 4))
-    axes.plot([row[FRAMES] for row in rows], [row[MEAN_RETURN] for row in rows], marker=".")
+    for column, label in ((MEAN_RETURN, "training episodes"), (EVAL_RETURN, "greedy evaluation")):
+        rows = [row for row in all_rows if not math.isnan(row.get(column, math.nan))]
+        if rows:
+            points = [row[FRAMES] for row in rows], [row[column] for row in rows]
+            axes.plot(*points, marker=".", label=label)
+    if any(not math.isnan(row.get(EVAL_RETURN, math.nan)) for row in all_rows):
+        axes.legend()
     axes.set_xlabel("frames")
     axes.set_ylabel("mean episode return")
     axes.set_title(title)
