@@ -25,7 +25,7 @@ import torch
 from common.checkpoint import load_checkpoint
 from common.config import ConfigError, build, build_partial, resume_path, run_or_exit, validate
 from common.env_info import EnvInfo, probe_env
-from common.evaluation import evaluate
+from common.evaluation import evaluate, report_run
 from common.models import EpsilonGreedy
 from common.recorder import RunRecorder
 from hydra.core.hydra_config import HydraConfig
@@ -224,7 +224,8 @@ def train(cfg: DictConfig) -> None:
         collector.async_shutdown()
     recorder.save(collector.frames, checkpoint)
     recorder.close()
-    report(cfg, recorder, env_factory, policy, key)
+    greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
+    report_run(recorder, env_factory, greedy_policy, cfg.eval_episodes, columns=["updates"])
 
 
 def learn(
@@ -336,22 +337,6 @@ def log_row(
         buffer_size=len(replay_buffer),
         eval_return=eval_return,
     )
-
-
-def report(
-    cfg: DictConfig, recorder: RunRecorder, env_factory: Any, policy: EpsilonGreedy, key: Any
-) -> None:
-    """Print the run's summary, and a greedy evaluation when `eval_episodes` > 0."""
-    row = recorder.last_row
-    print(
-        f"frames={row.get('frames')} wall_time_s={recorder.elapsed:.1f} "
-        f"mean_episode_return={row.get('mean_episode_return', float('nan')):.1f} "
-        f"updates={row.get('updates')} run_dir={recorder.run_dir}"
-    )
-    if cfg.eval_episodes > 0:
-        greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
-        greedy = evaluate(env_factory, greedy_policy, cfg.eval_episodes)
-        print(f"greedy evaluation: mean return {greedy:.1f} over {cfg.eval_episodes} episodes")
 
 
 @hydra.main(config_path="conf", config_name="dqn", version_base=None)

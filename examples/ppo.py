@@ -19,7 +19,7 @@ import torch
 from common.checkpoint import load_checkpoint
 from common.config import ConfigError, build, build_partial, resume_path, run_or_exit, validate
 from common.env_info import probe_env
-from common.evaluation import evaluate
+from common.evaluation import report_run
 from common.recorder import RunRecorder
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -154,20 +154,7 @@ def train(cfg: DictConfig) -> None:
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     collector.shutdown()
-    report(cfg, recorder, env_factory, policy)
-
-
-def report(cfg: DictConfig, recorder: RunRecorder, env_factory: Any, policy: Any) -> None:
-    """Print the run's summary, and a greedy evaluation when `eval_episodes` > 0."""
-    row = recorder.last_row
-    print(
-        f"frames={row.get('frames')} wall_time_s={recorder.elapsed:.1f} "
-        f"mean_episode_return={row.get('mean_episode_return', float('nan')):.1f} "
-        f"run_dir={recorder.run_dir}"
-    )
-    if cfg.eval_episodes > 0:
-        greedy = evaluate(env_factory, policy, cfg.eval_episodes)
-        print(f"greedy evaluation: mean return {greedy:.1f} over {cfg.eval_episodes} episodes")
+    report_run(recorder, env_factory, policy, cfg.eval_episodes)
 
 
 @hydra.main(config_path="conf", config_name="ppo", version_base=None)

@@ -1,8 +1,8 @@
-"""`evaluate`: the mean return of a policy acting greedily for a number of whole episodes."""
+"""`evaluate`: the mean return of a policy acting greedily for whole episodes; `report_run`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -39,3 +39,26 @@ def evaluate(
         env.close()
     finished = returns[:episodes]
     return sum(finished) / len(finished) if finished else float("nan")
+
+
+def report_run(
+    recorder: Any,
+    env_factory: Callable[[], Any],
+    policy: Any,
+    episodes: int,
+    columns: Sequence[str] = (),
+) -> None:
+    """Print a run's summary (its last metrics row, with `columns` of the script's own) and,
+    when `episodes` > 0, the greedy evaluation of `policy` over that many episodes."""
+    row = recorder.last_row
+    fields = [
+        f"frames={row.get('frames')}",
+        f"wall_time_s={recorder.elapsed:.1f}",
+        f"mean_episode_return={row.get('mean_episode_return', float('nan')):.1f}",
+        *(f"{column}={row.get(column)}" for column in columns),
+        f"run_dir={recorder.run_dir}",
+    ]
+    print(" ".join(fields))
+    if episodes > 0:
+        greedy = evaluate(env_factory, policy, episodes)
+        print(f"greedy evaluation: mean return {greedy:.1f} over {episodes} episodes")
