@@ -16,13 +16,14 @@ return.png and checkpoint.pt (the replay buffer is not saved: a resumed run refi
 from __future__ import annotations
 
 import copy
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 import hydra
 import torch
-from common.checkpoint import load_checkpoint
+from common.checkpoint import load_checkpoint, save_checkpoint
 from common.config import ConfigError, build, build_partial, resume_path, run_or_exit, validate
 from common.env_info import EnvInfo, probe_env
 from common.evaluation import evaluate, report_run
@@ -36,7 +37,8 @@ from torch import nn
 
 from rlcollect import keys
 
-EXTRA_COLUMNS = ("loss", "epsilon", "updates", "buffer_size", "eval_return")
+BEST_POLICY_NAME = "best_policy.pt"
+EXTRA_COLUMNS = ("loss", "epsilon", "lr", "updates", "buffer_size", "eval_return")
 
 
 class Learner:
@@ -48,6 +50,7 @@ class Learner:
         self.target_network = copy.deepcopy(q_network).requires_grad_(False)
         self.optimizer = optimizer
         self.key = key
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
         self.updates = 0
         self.loss_sum = 0.0
         self.loss_count = 0
@@ -82,6 +85,16 @@ class Learner:
             self.loss_count += 1
             if self.updates % self.cfg.target_update_every == 0:
                 self.update_target()
+
+    def anneal_learning_rate(self, frames: int, total_frames: int) -> float:
+        """Decay the learning rate linearly from its configured value to `lr_end_factor` times
+        it over the run (from the frame count, so a resumed run continues the schedule); a
+        small late learning rate keeps a Q-network that solved the task from unlearning it."""
+        progress = min(1.0, frames / max(total_frames, 1))
+        factor = 1.0 + progress * (self.cfg.lr_end_factor - 1.0)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * factor
+        return self.base_lrs[0] * factor
 
     @torch.no_grad()
     def update_target(self) -> None:
@@ -140,7 +153,13 @@ def check_config(cfg: DictConfig) -> None:
             "log_every",
             "torch_threads",
         ],
-        fractions=["dqn.gamma", "dqn.tau", "dqn.start_epsilon", "dqn.end_epsilon"],
+        fractions=[
+            "dqn.gamma",
+            "dqn.tau",
+            "dqn.start_epsilon",
+            "dqn.end_epsilon",
+            "dqn.lr_end_factor",
+        ],
     )
     if cfg.collector.total_frames <= 0:
         raise ConfigError(
@@ -206,8 +225,18 @@ def train(cfg: DictConfig) -> None:
         progress=cfg.progress,
     )
 
+    evaluation = PeriodicEvaluation(
+        cfg,
+        policy,
+        key,
+        collector.frames,
+        recorder.run_dir / BEST_POLICY_NAME,
+        float(state.get("best_eval_return", -math.inf)),
+    )
+
     def checkpoint() -> dict[str, Any]:
         return {
+            "best_eval_return": evaluation.best_return,
             "frames": collector.frames,
             "collector": collector.state_dict(),
             "policy": policy.state_dict(),
@@ -219,13 +248,14 @@ def train(cfg: DictConfig) -> None:
     # --- collect in the background, learn in the foreground ---
     collector.start()
     try:
-        learn(cfg, collector, replay_buffer, learner, policy, recorder, checkpoint)
+        learn(cfg, collector, replay_buffer, learner, policy, recorder, evaluation, checkpoint)
     finally:
         collector.async_shutdown()
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
     report_run(recorder, env_factory, greedy_policy, cfg.eval_episodes, columns=["updates"])
+    evaluation.report_best()
 
 
 def learn(
@@ -235,12 +265,12 @@ def learn(
     learner: Learner,
     policy: EpsilonGreedy,
     recorder: RunRecorder,
+    evaluation: PeriodicEvaluation,
     checkpoint: Any,
 ) -> None:
-    """The learner loop: keep pace with collection, push weights, log and checkpoint."""
+    """The learner loop: keep pace with collection, push weights, evaluate, log, checkpoint."""
     pacer = UpdatePacer(cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
     watch = StallWatch(collector, cfg.dqn.stall_timeout_s)
-    evaluation = PeriodicEvaluation(cfg, policy, learner.key, collector.frames)
     next_log = collector.frames + cfg.log_every
     synced_at = learner.updates
     while True:
@@ -262,6 +292,7 @@ def learn(
                 break
             watch.wait(frames)
             continue
+        learner.anneal_learning_rate(frames, collector.total_frames)
         if lag > cfg.dqn.max_lag_updates:
             with collector.pause():
                 learner.run(lag, replay_buffer)
@@ -280,21 +311,55 @@ def learn(
 
 class PeriodicEvaluation:
     """Greedy episodes of the learner's policy every `eval_every` frames (`eval_episodes` of
-    them): the return DQN is judged by, free of the exploration noise of training episodes."""
+    them): the return DQN is judged by, free of the exploration noise of training episodes.
 
-    def __init__(self, cfg: DictConfig, policy: EpsilonGreedy, key: Any, start_frames: int) -> None:
+    The best-scoring policy so far is written to `<run dir>/best_policy.pt` (as SB3's
+    EvalCallback does): DQN on CartPole can unlearn a solved task late in a run.
+    """
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        policy: EpsilonGreedy,
+        key: Any,
+        start_frames: int,
+        best_path: Path,
+        best_return: float = -math.inf,
+    ) -> None:
         self.every = cfg.eval_every
         self.episodes = cfg.eval_episodes
         self.env_factory = build_partial(cfg, "env.make")
+        self.learner_policy = policy
         self.policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
         self.next_at = start_frames + self.every
+        self.best_path = best_path
+        self.best_return = best_return
 
     def run_if_due(self, frames: int) -> float:
         """The mean greedy return when an evaluation is due at `frames`, NaN otherwise."""
         if self.every <= 0 or self.episodes <= 0 or frames < self.next_at:
             return float("nan")
         self.next_at = frames + self.every
-        return evaluate(self.env_factory, self.policy, self.episodes)
+        mean = evaluate(self.env_factory, self.policy, self.episodes)
+        if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
+            self.best_return = mean
+            state = {"policy": self.learner_policy.state_dict(), "frames": frames}
+            save_checkpoint(self.best_path, {**state, "eval_return": mean})
+        return mean
+
+    def report_best(self) -> None:
+        """Re-evaluate the saved best policy on fresh episodes and print the result."""
+        if self.episodes <= 0 or not self.best_path.exists():
+            return
+        saved = torch.load(self.best_path, map_location="cpu", weights_only=True)
+        best = copy.deepcopy(self.learner_policy)
+        best.load_state_dict(saved["policy"])
+        module = TensorDictModule(best, in_keys=self.policy.in_keys, out_keys=[keys.ACTION])
+        mean = evaluate(self.env_factory, module, self.episodes)
+        print(
+            f"best policy ({saved['eval_return']:.1f} at {saved['frames']} frames, "
+            f"{self.best_path}): mean return {mean:.1f} over {self.episodes} new episodes"
+        )
 
 
 class StallWatch:
@@ -333,6 +398,7 @@ def log_row(
         collector.stats(),
         loss=learner.mean_loss(),
         epsilon=float(policy.epsilon),
+        lr=learner.optimizer.param_groups[0]["lr"],
         updates=learner.updates,
         buffer_size=len(replay_buffer),
         eval_return=eval_return,

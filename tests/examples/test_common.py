@@ -181,3 +181,16 @@ def test_update_pacer_keeps_the_ratio_from_when_learning_starts(scripts: dict) -
     resumed = scripts["dqn"].UpdatePacer(frames_per_update=4, learning_starts=100)
     assert resumed.lag(frames=10_000, updates=500, buffer_size=100) == 0
     assert resumed.lag(frames=10_040, updates=500, buffer_size=140) == 10
+
+
+def test_learning_rate_anneals_linearly_to_its_end_factor(scripts: dict) -> None:
+    from omegaconf import OmegaConf
+
+    network = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
+    cfg = OmegaConf.create({"dqn": {"lr_end_factor": 0.1}})
+    learner = scripts["dqn"].Learner(cfg, network, optimizer, key="observation")
+    assert learner.anneal_learning_rate(0, 1000) == pytest.approx(1e-3)
+    assert learner.anneal_learning_rate(500, 1000) == pytest.approx(0.55e-3)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.55e-3)
+    assert learner.anneal_learning_rate(2000, 1000) == pytest.approx(1e-4), "stops at the end"

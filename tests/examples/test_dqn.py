@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.examples.script_runner import (
     check_run_outputs,
@@ -20,6 +21,7 @@ TINY = (
     "log_every=512",
     "checkpoint_every=1024",
     "eval_episodes=1",
+    "eval_every=1024",
     "progress=false",
 )
 
@@ -43,6 +45,12 @@ def test_dqn_trains_in_the_background_then_resumes(tmp_path: Path) -> None:
     # counted before the learner catches up with it)
     assert (2048 - 256) // 2 - 32 <= updates <= (2048 - 256) // 2
     assert float(rows[-1]["epsilon"]) < 1.0, "the learner pushed a decayed epsilon"
+    evaluated = [float(row["eval_return"]) for row in rows if row["eval_return"]]
+    assert evaluated, "a greedy evaluation every 1024 frames"
+    best = torch.load(tmp_path / "best_policy.pt", weights_only=True)
+    assert best["eval_return"] == max(evaluated)
+    assert "q_network.head.weight" in best["policy"]
+    assert "best policy (" in result.stdout
 
     resumed = run_script(
         "dqn",
