@@ -291,6 +291,23 @@ TARGETS = {
 }
 
 
+def print_ratios(results: dict[tuple[str, str], float]) -> None:
+    """The ratios the collector issue asks for, and the ceiling the plain loop sets on them."""
+    print("\nratios (target):")
+    for case, targets in TARGETS.items():
+        ours = next(i for i in CASES[case][2] if i.startswith("rlcollect"))
+        for other, target in targets:
+            if (case, ours) in results and (case, other) in results:
+                ratio = results[case, ours] / results[case, other]
+                verdict = "ok" if ratio >= target else "BELOW TARGET"
+                print(f"  {case:24} {ours} / {other:14} {ratio:6.2f}x  (>= {target}x) {verdict}")
+    print("\nceiling: what a collector costing nothing beyond the plain loop would reach:")
+    for case, (_, _, implementations) in CASES.items():
+        if "gym" in implementations and (case, "gym") in results and (case, "torchrl") in results:
+            ceiling = results[case, "gym"] / results[case, "torchrl"]
+            print(f"  {case:24} gym / torchrl          {ceiling:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short smoke run")
@@ -320,14 +337,7 @@ def main() -> None:
                 f"{case:24} {implementation:16} {result['fps']:>10.0f} "
                 f"{result['peak_rss_mib']:>13.0f}"
             )
-    print("\nratios (target):")
-    for case, targets in TARGETS.items():
-        ours = next(i for i in CASES[case][2] if i.startswith("rlcollect"))
-        for other, target in targets:
-            if (case, ours) in results and (case, other) in results:
-                ratio = results[case, ours] / results[case, other]
-                verdict = "ok" if ratio >= target else "BELOW TARGET"
-                print(f"  {case:24} {ours} / {other:14} {ratio:6.2f}x  (>= {target}x) {verdict}")
+    print_ratios(results)
     print(f"\nimport time (s, best of {rounds}):")
     for module, seconds in import_times(["rlcollect", "torchrl.collectors"], rounds).items():
         print(f"  import {module:<22} {seconds:.2f}")
