@@ -45,6 +45,16 @@ def test_default_configs_pass_the_checks(scripts: dict[str, ModuleType], name: s
     validate(config(name), targets=["env.make", "collector"])
 
 
+@pytest.mark.parametrize("name", ["ppo", "dqn", "collect"])
+def test_default_frame_counts_are_whole_batches(name: str) -> None:
+    """The collector rounds (and warns about) counts that are not whole batches: the defaults
+    a user runs first must not trigger that warning."""
+    collector = config(name).collector
+    for key in ("total_frames", "init_random_frames"):
+        frames = collector.get(key) or 0
+        assert frames % collector.frames_per_batch == 0, f"collector.{key}={frames}"
+
+
 def test_dqn_config_errors_name_the_key(scripts: dict[str, ModuleType]) -> None:
     dqn = scripts["dqn"]
     with pytest.raises(dqn.ConfigError, match=r"^dqn.frames_per_update=0: expected a positive"):

@@ -16,6 +16,7 @@ from tests.examples.script_runner import (
 )
 
 TINY = (
+    "collector.frames_per_batch=32",
     "collector.init_random_frames=256",
     "dqn.learning_starts=256",
     "log_every=512",
