@@ -9,8 +9,9 @@ from pathlib import Path
 
 FRAMES = "frames"
 MEAN_RETURN = "mean_episode_return"
+WINDOW_RETURN = "mean_return_last_100"
 EVAL_RETURN = "eval_return"
-BASE_COLUMNS = (FRAMES, "wall_time_s", "frames_per_second", "episodes", MEAN_RETURN)
+BASE_COLUMNS = (FRAMES, "wall_time_s", "frames_per_second", "episodes", MEAN_RETURN, WINDOW_RETURN)
 
 
 class MetricsLog:
@@ -77,12 +78,17 @@ def plot_returns(csv_path: Path, png_path: Path, title: str = "") -> None:
 
     all_rows = read_metrics(csv_path)
     figure, axes = plt.subplots(figsize=(6, 4))
-    for column, label in ((MEAN_RETURN, "training episodes"), (EVAL_RETURN, "greedy evaluation")):
+    curves = (
+        (MEAN_RETURN, "training episodes (last batch)"),
+        (WINDOW_RETURN, "training episodes (last 100)"),
+        (EVAL_RETURN, "greedy evaluation"),
+    )
+    for column, label in curves:
         rows = [row for row in all_rows if not math.isnan(row.get(column, math.nan))]
         if rows:
             points = [row[FRAMES] for row in rows], [row[column] for row in rows]
             axes.plot(*points, marker=".", label=label)
-    if any(not math.isnan(row.get(EVAL_RETURN, math.nan)) for row in all_rows):
+    if axes.get_legend_handles_labels()[0]:
         axes.legend()
     axes.set_xlabel("frames")
     axes.set_ylabel("mean episode return")

@@ -6,6 +6,8 @@ per-step loop does no bookkeeping at all.
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 
 
@@ -53,13 +55,21 @@ class TrajectoryCounter:
         out[:, 1:] = torch.where(last >= 0, carried, start_ids.unsqueeze(-1))
 
 
+RECENT_EPISODES = 100
+
+
 class EpisodeTracker:
-    """Sums rewards per sub-env across batches and records the return of each finished episode."""
+    """Sums rewards per sub-env across batches and records the return of each finished episode.
+
+    Keeps the returns of the last batch that finished any episode, and of the last
+    `RECENT_EPISODES` episodes: the smoothing window SB3's `ep_rew_mean` and RLlib use.
+    """
 
     def __init__(self) -> None:
         self.running: torch.Tensor | None = None
         self.episodes = 0
         self.last_returns: torch.Tensor = torch.zeros(0)
+        self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
         self.return_sum = 0.0
 
     def restart(self) -> None:
@@ -86,6 +96,7 @@ class EpisodeTracker:
         self.running = cumulative[:, -1] - end_offset
         if episode_returns.numel():
             self.last_returns = episode_returns.float().cpu()
+            self.recent_returns.extend(self.last_returns.tolist())
             self.episodes += int(episode_returns.numel())
             self.return_sum += float(episode_returns.sum())
 
@@ -95,3 +106,10 @@ class EpisodeTracker:
         if self.last_returns.numel() == 0:
             return float("nan")
         return float(self.last_returns.mean())
+
+    @property
+    def recent_mean_return(self) -> float:
+        """Mean return of the last `RECENT_EPISODES` finished episodes (NaN before the first)."""
+        if not self.recent_returns:
+            return float("nan")
+        return sum(self.recent_returns) / len(self.recent_returns)

@@ -346,7 +346,9 @@ class Collector:
         self._needs_reset = True
 
     def stats(self) -> dict[str, float]:
-        """Frames, batches, frames/s, episodes finished and the recent mean episode return."""
+        """Frames, batches, frames/s, episodes finished, and the mean episode return twice: over
+        the episodes finished in the last batch that finished any (`mean_episode_return`), and
+        over the last 100 finished episodes (`mean_return_last_100`, as SB3's `ep_rew_mean`)."""
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
         collected = self.frames - self._frames_at_start
         return {
@@ -355,6 +357,7 @@ class Collector:
             "frames_per_second": collected / elapsed if elapsed > 0 else 0.0,
             "episodes": self._episodes.episodes,
             "mean_episode_return": self._episodes.mean_return,
+            "mean_return_last_100": self._episodes.recent_mean_return,
         }
 
     def shutdown(self, close_env: bool = True) -> None:

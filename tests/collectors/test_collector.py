@@ -355,6 +355,30 @@ def test_stats_episode_returns_span_batches() -> None:
     assert stats["mean_episode_return"] == 7.0
 
 
+def test_stats_mean_return_last_100_is_the_window_of_finished_episodes() -> None:
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    collector = Collector(env, None, frames_per_batch=500, total_frames=4000)
+    assert math.isnan(collector.stats()["mean_return_last_100"])
+    returns: list[float] = []  # finished episodes, in the order they finished
+    running = 0.0
+    for batch in collector:
+        for reward, done in zip(
+            batch["next", "reward"].flatten().tolist(),
+            batch["next", "done"].flatten().tolist(),
+            strict=True,
+        ):
+            running += reward
+            if done:
+                returns.append(running)
+                running = 0.0
+    assert len(returns) > 120, "random CartPole episodes are short: the window is full"
+    stats = collector.stats()
+    assert stats["episodes"] == len(returns)
+    assert stats["mean_return_last_100"] == pytest.approx(sum(returns[-100:]) / 100)
+    assert stats["mean_return_last_100"] != pytest.approx(sum(returns) / len(returns))
+
+
 def test_exploration_type_is_set_during_collection() -> None:
     from tensordict.nn import InteractionType
     from tensordict.nn.probabilistic import interaction_type

@@ -42,6 +42,7 @@ def checkpoint_frames(run_dir: Path) -> int:
 
 def check_run_outputs(run_dir: Path) -> None:
     """A run left its metrics CSV, its plot (a PNG) and its checkpoint."""
-    assert (run_dir / "metrics.csv").stat().st_size > 0
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"frames", "mean_episode_return", "mean_return_last_100"} <= set(header), header
     assert (run_dir / "return.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run_dir / "checkpoint.pt").is_file()
