@@ -21,6 +21,7 @@ from rlcollect.collectors.policy import (
     ModuleStep,
     RandomStep,
     is_fast_module,
+    policy_grad_mode,
     policy_outputs,
 )
 from rlcollect.envs.base import EnvBase
@@ -119,14 +120,18 @@ class CarrierLayout:
 
     # --- per-step parts -------------------------------------------------------------------------
 
-    def policy_step(self, policy: Any) -> Any:
-        """The per-step policy callable for this carrier (fast path when possible)."""
+    def policy_step(self, policy: Any, inference_mode: bool) -> Any:
+        """The per-step policy callable for this carrier (fast path when possible), calling
+        the policy under `torch.inference_mode` when `inference_mode` allows it."""
         if policy.module is None:
             return None
         policy_device = policy.device if policy.device != self.device else None
+        grad_mode = policy_grad_mode(inference_mode, policy.module)
         if is_fast_module(policy.module):
-            return ModuleStep(policy.module, self.carrier, self.time_dim, policy_device)
-        return DictStep(policy.module, self.carrier, self.time_dim, self.output_keys, policy_device)
+            return ModuleStep(policy.module, self.carrier, self.time_dim, policy_device, grad_mode)
+        return DictStep(
+            policy.module, self.carrier, self.time_dim, self.output_keys, policy_device, grad_mode
+        )
 
     def random_step(self, action_spec: Any) -> RandomStep:
         """The per-step callable writing random actions."""

@@ -58,6 +58,10 @@ class Collector:
         weight_recv_schemes: mapping of model id to a scheme whose `receive()` returns new
             weights or None; polled before every batch.
         worker_idx: this collector's index when it runs inside a multi-process collector.
+        inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
+            its outputs are copied into the batch, so none of them is an inference tensor).
+            Set False for a policy that keeps tensors made in `forward` on itself and
+            trains through them later. Lazy modules always run under `no_grad`.
 
     Examples:
         >>> from rlcollect import Collector
@@ -95,8 +99,15 @@ class Collector:
         weight_sync_schemes: Mapping[str, Any] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
         worker_idx: int | None = None,
+        inference_mode: bool = True,
     ) -> None:
         validate_frames(frames_per_batch, total_frames)
+        if not isinstance(inference_mode, bool):
+            raise TypeError(
+                f"inference_mode must be True or False; got {inference_mode!r} "
+                f"({type(inference_mode).__name__})."
+            )
+        self.inference_mode = inference_mode
         options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
@@ -143,7 +154,9 @@ class Collector:
             self.env, self.policy, self.steps_per_batch, self.devices, track_policy_version
         )
         self._random_step = self.layout.random_step(self.env.action_spec)
-        self._policy_step = self.layout.policy_step(self.policy) or self._random_step
+        self._policy_step = (
+            self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
+        )
         self._trajectories = TrajectoryCounter()
         self._episodes = EpisodeTracker()
         self._background = BackgroundLoop(self._collect_into_buffer)
@@ -216,7 +229,9 @@ class Collector:
         if rollout is not self.layout.carrier:
             self.layout = self.layout.adopt(rollout)
             self._random_step = self.layout.random_step(self.env.action_spec)
-            self._policy_step = self.layout.policy_step(self.policy) or self._random_step
+            self._policy_step = (
+                self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
+            )
         self._collect()
         return rollout
 

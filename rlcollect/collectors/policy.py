@@ -12,8 +12,10 @@ actions). `make_policy_step` then builds the per-step callable for a bound carri
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -100,6 +102,25 @@ def policy_outputs(policy: Any, root: TensorDictBase) -> TensorDictBase:
     return result.select(*produced)
 
 
+def has_lazy_parameters(policy: Any) -> bool:
+    """Whether `policy` still has lazy (uninitialised) parameters."""
+    parameters = policy.parameters() if isinstance(policy, nn.Module) else ()
+    return any(nn.parameter.is_lazy(parameter) for parameter in parameters)
+
+
+def policy_grad_mode(inference_mode: bool, policy: Any) -> AbstractContextManager[Any]:
+    """The context each policy call runs in, inside the loop's `torch.no_grad`.
+
+    `torch.inference_mode` skips autograd's bookkeeping altogether (about 10% off a small
+    MLP's call); the outputs are copied into the carrier, so no inference tensor leaves the
+    collector. A policy with lazy parameters keeps `no_grad`: parameters materialised under
+    inference mode could not be trained. One instance is reused for every step.
+    """
+    if inference_mode and not has_lazy_parameters(policy):
+        return torch.inference_mode()
+    return contextlib.nullcontext()
+
+
 def _time_views(tensor: torch.Tensor, time_dim: int, count: int) -> list[torch.Tensor]:
     return [tensor.select(time_dim, t) for t in range(count)]
 
@@ -124,9 +145,11 @@ class ModuleStep:
         carrier: TensorDictBase,
         time_dim: int,
         policy_device: torch.device | None,
+        grad_mode: AbstractContextManager[Any],
     ) -> None:
         length = carrier.shape[time_dim]
         self._module = policy.module
+        self._grad_mode = grad_mode
         inputs = [_time_views(carrier.get(k), time_dim, length) for k in policy.in_keys]
         outputs = [_time_views(carrier.get(k), time_dim, length) for k in policy.out_keys]
         self._inputs = list(zip(*inputs, strict=True))
@@ -138,7 +161,8 @@ class ModuleStep:
         inputs = self._inputs[t]
         if self._device is not None:
             inputs = tuple(x.to(self._device, non_blocking=True) for x in inputs)
-        result = self._module(*inputs)
+        with self._grad_mode:
+            result = self._module(*inputs)
         if self._single_output:
             self._outputs[t][0].copy_(result if isinstance(result, torch.Tensor) else result[0])
             return
@@ -156,8 +180,10 @@ class DictStep:
         time_dim: int,
         output_keys: Sequence[NestedKey],
         policy_device: torch.device | None,
+        grad_mode: AbstractContextManager[Any],
     ) -> None:
         self._policy = policy
+        self._grad_mode = grad_mode
         self._root = carrier.exclude(keys.NEXT)
         self._time_dim = time_dim
         self._output_keys = list(output_keys)
@@ -177,7 +203,8 @@ class DictStep:
         request = view.exclude(*self._output_keys).copy()
         if self._device is not None:
             request = request.to(self._device, non_blocking=True)
-        result = self._policy(request)
+        with self._grad_mode:
+            result = self._policy(request)
         for key in self._output_keys:
             view.get(key).copy_(result.get(key))
 
