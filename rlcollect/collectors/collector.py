@@ -61,7 +61,8 @@ class Collector:
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
-            trains through them later. Lazy modules always run under `no_grad`.
+            trains through them later. Lazy layers are initialised under `no_grad` by the
+            construction-time probe call; a policy left with lazy parameters keeps `no_grad`.
 
     Examples:
         >>> from rlcollect import Collector
