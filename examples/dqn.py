@@ -29,6 +29,7 @@ from common.env_info import EnvInfo, probe_env
 from common.evaluation import evaluate, report_run
 from common.models import EpsilonGreedy
 from common.recorder import RunRecorder
+from common.schedules import LinearLearningRate
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from tensordict import TensorDictBase
@@ -50,7 +51,7 @@ class Learner:
         self.target_network = copy.deepcopy(q_network).requires_grad_(False)
         self.optimizer = optimizer
         self.key = key
-        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.lr_schedule = LinearLearningRate(optimizer, self.cfg.lr_end_factor)
         self.updates = 0
         self.loss_sum = 0.0
         self.loss_count = 0
@@ -87,14 +88,10 @@ class Learner:
                 self.update_target()
 
     def anneal_learning_rate(self, frames: int, total_frames: int) -> float:
-        """Decay the learning rate linearly from its configured value to `lr_end_factor` times
-        it over the run (from the frame count, so a resumed run continues the schedule); a
-        small late learning rate keeps a Q-network that solved the task from unlearning it."""
-        progress = min(1.0, frames / max(total_frames, 1))
-        factor = 1.0 + progress * (self.cfg.lr_end_factor - 1.0)
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
-            group["lr"] = base * factor
-        return self.base_lrs[0] * factor
+        """Decay the learning rate linearly to `lr_end_factor` times its configured value over
+        the run; a small late learning rate keeps a Q-network that solved the task from
+        unlearning it."""
+        return self.lr_schedule.set(frames / max(total_frames, 1))
 
     @torch.no_grad()
     def update_target(self) -> None:

@@ -21,6 +21,7 @@ from common.config import ConfigError, build, build_partial, resume_path, run_or
 from common.env_info import probe_env
 from common.evaluation import report_run
 from common.recorder import RunRecorder
+from common.schedules import LinearLearningRate
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from tensordict import TensorDictBase
@@ -86,7 +87,7 @@ def train(cfg: DictConfig) -> None:
     policy = TensorDictModule(actor, in_keys=[key], out_keys=[keys.ACTION, keys.SAMPLE_LOG_PROB])
     value = TensorDictModule(critic, in_keys=[key], out_keys=[keys.STATE_VALUE])
     optimizer = build(cfg, "optim", params=[*actor.parameters(), *critic.parameters()])
-    base_lr = [group["lr"] for group in optimizer.param_groups]
+    lr_schedule = LinearLearningRate(optimizer, end_factor=0.0)
     gae = build(cfg, "gae", value_network=value)
     collector = build(cfg, "collector", create_env_fn=env_factory, policy=policy)
     collector.set_seed(cfg.seed)
@@ -128,9 +129,7 @@ def train(cfg: DictConfig) -> None:
 
         # --- update: epochs of shuffled minibatches ---
         if cfg.ppo.anneal_lr and total > 0:
-            remaining = 1.0 - (collector.frames - collector.frames_per_batch) / total
-            for group, lr in zip(optimizer.param_groups, base_lr, strict=True):
-                group["lr"] = lr * remaining
+            lr_schedule.set((collector.frames - collector.frames_per_batch) / total)
         sums: dict[str, float] = dict.fromkeys(LOSS_COLUMNS[:-1], 0.0)
         updates = 0
         for _ in range(cfg.ppo.epochs):

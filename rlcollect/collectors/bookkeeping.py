@@ -70,7 +70,6 @@ class EpisodeTracker:
         self.episodes = 0
         self.last_returns: torch.Tensor = torch.zeros(0)
         self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
-        self.return_sum = 0.0
 
     def restart(self) -> None:
         """Forget the unfinished episodes: the env was reset, they will never finish."""
@@ -98,7 +97,6 @@ class EpisodeTracker:
             self.last_returns = episode_returns.float().cpu()
             self.recent_returns.extend(self.last_returns.tolist())
             self.episodes += int(episode_returns.numel())
-            self.return_sum += float(episode_returns.sum())
 
     @property
     def mean_return(self) -> float:

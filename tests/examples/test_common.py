@@ -194,3 +194,13 @@ def test_learning_rate_anneals_linearly_to_its_end_factor(scripts: dict) -> None
     assert learner.anneal_learning_rate(500, 1000) == pytest.approx(0.55e-3)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.55e-3)
     assert learner.anneal_learning_rate(2000, 1000) == pytest.approx(1e-4), "stops at the end"
+
+
+def test_linear_learning_rate_follows_progress_and_stops_at_its_end(scripts: dict) -> None:
+    from common.schedules import LinearLearningRate
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=2.0)
+    schedule = LinearLearningRate(optimizer, end_factor=0.0)
+    assert schedule.set(0.25) == pytest.approx(1.5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1.5)
+    assert schedule.set(3.0) == 0.0, "progress beyond 1 keeps the end value"
