@@ -50,7 +50,9 @@ class Collector:
         split_trajs: re-shape batches to `[num_trajs, max_len]` with `("collector", "mask")`.
         exploration_type: the interaction type the policy runs under.
         return_same_td: yield the collector's own buffer instead of a fresh copy.
-        set_truncated: mark the last step of every batch truncated and done.
+        set_truncated: mark the last step of every batch truncated and done. The env is not
+            reset there; the next batch goes on from the same state under a new trajectory id
+            (TorchRL keeps the old id), so that ids always agree with the done flags.
         replay_buffer: an object with `extend`; iteration extends it and yields None.
         extend_buffer: must stay True (batches are written to the buffer whole).
         track_policy_version: write `("next", "policy_version")` into every frame.

@@ -204,6 +204,8 @@ def test_set_truncated_marks_last_step() -> None:
     assert not first["next", "truncated"][:, :-1].any()
     assert not first["next", "terminated"].any()
     assert (second["collector", "traj_ids"] != first["collector", "traj_ids"][:, -1:]).all()
+    # the cut is not a reset: the next batch goes on from where the env stood
+    assert torch.equal(second["observation"][:, 0], first["next", "observation"][:, -1])
 
 
 def test_init_random_frames_then_policy() -> None:
