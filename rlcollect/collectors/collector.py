@@ -17,7 +17,7 @@ from rlcollect.collectors.background import BackgroundLoop
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
-from rlcollect.collectors.options import BatchOptions, validate_frames
+from rlcollect.collectors.options import BatchOptions, optional_frames, validate_frames
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.envs.factory import make_env
@@ -43,13 +43,16 @@ class Collector:
         device, storing_device, policy_device, env_device: the device split; `device` fills
             the unset ones.
         create_env_kwargs: keyword arguments for `create_env_fn` when it is a callable or id.
-        max_frames_per_traj: truncate and reset a trajectory after that many steps.
-        init_random_frames: frames collected with random actions before the policy is used.
+        max_frames_per_traj: truncate and reset a trajectory after that many steps (None,
+            0 or -1: no limit).
+        init_random_frames: frames collected with random actions before the policy is used
+            (None, 0 or -1: none).
         reset_at_each_iter: reset the env at the start of every batch.
         postproc: a callable `batch -> batch` applied to every batch (after `split_trajs`).
         split_trajs: re-shape batches to `[num_trajs, max_len]` with `("collector", "mask")`.
         exploration_type: the interaction type the policy runs under.
         return_same_td: yield the collector's own buffer instead of a fresh copy.
+        reset_when_done: must be True (TorchRL's default): a done sub-env is always reset.
         set_truncated: mark the last step of every batch truncated and done. The env is not
             reset there; the next batch goes on from the same state under a new trajectory id
             (TorchRL keeps the old id), so that ids always agree with the done flags.
@@ -95,6 +98,7 @@ class Collector:
         split_trajs: bool = False,
         exploration_type: InteractionType = InteractionType.RANDOM,
         return_same_td: bool = False,
+        reset_when_done: bool = True,
         set_truncated: bool = False,
         replay_buffer: Any = None,
         extend_buffer: bool = True,
@@ -104,7 +108,15 @@ class Collector:
         worker_idx: int | None = None,
         inference_mode: bool = True,
     ) -> None:
-        validate_frames(frames_per_batch, total_frames)
+        frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
+        max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
+        init_random_frames = optional_frames("init_random_frames", init_random_frames)
+        if reset_when_done is not True:
+            raise ValueError(
+                f"reset_when_done={reset_when_done!r} is not supported: a done sub-env is "
+                "always reset (stepping a finished Gymnasium env is undefined). Leave "
+                "reset_when_done=True."
+            )
         if not isinstance(inference_mode, bool):
             raise TypeError(
                 f"inference_mode must be True or False; got {inference_mode!r} "
@@ -119,7 +131,6 @@ class Collector:
             extend_buffer=extend_buffer,
             weight_sync_schemes=weight_sync_schemes,
             weight_recv_schemes=weight_recv_schemes,
-            init_random_frames=init_random_frames,
             reset_at_each_iter=reset_at_each_iter,
         )
         self.env = make_env(create_env_fn, create_env_kwargs)
@@ -130,7 +141,9 @@ class Collector:
             policy_device=policy_device,
             storing_device=storing_device,
         )
-        if max_frames_per_traj is not None and max_frames_per_traj > 0:
+        # The policy reads the env's own observations, not the step count added below.
+        observation_keys = self.env.observation_keys
+        if max_frames_per_traj is not None:
             self.env = StepLimit(self.env, max_frames_per_traj)
         if set_truncated:
             require_truncated_flag(self.env, "set_truncated=True")
@@ -152,7 +165,7 @@ class Collector:
         self.total_frames = self._round_total("total_frames", total_frames)
         self.init_random_frames = self._round_total("init_random_frames", init_random_frames or 0)
 
-        self.policy = PolicyHolder(policy, self.env.observation_keys, self.devices.policy)
+        self.policy = PolicyHolder(policy, observation_keys, self.devices.policy)
         self.layout = CarrierLayout.build(
             self.env, self.policy, self.steps_per_batch, self.devices, track_policy_version
         )
@@ -200,10 +213,16 @@ class Collector:
         random_phase = self.frames < self.init_random_frames
         policy_step = self._random_step if random_phase else self._policy_step
         env_step = env.step_and_advance_into
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
-            for t in range(self.steps_per_batch):
-                policy_step(t)
-                env_step(t)
+        try:
+            with torch.no_grad(), set_interaction_type(self.exploration_type):
+                for t in range(self.steps_per_batch):
+                    policy_step(t)
+                    env_step(t)
+        except BaseException:
+            # The env has moved on but slot T was not written: carrying it over would start
+            # the next batch with a transition that never happened. Reset instead.
+            self._needs_reset = True
+            raise
         layout.record_episodes(self._episodes)
         if self.set_truncated:
             layout.truncate_last_step()
@@ -317,13 +336,30 @@ class Collector:
         """How many times the policy weights were updated."""
         return self.policy.version
 
-    def update_policy_weights_(self, weights_or_module: Any = None) -> None:
+    def update_policy_weights_(
+        self, policy_or_weights: Any = None, *, weights: Any = None, policy: Any = None
+    ) -> None:
         """Load new policy weights (a module, a state dict or a TensorDict of parameters).
 
-        With no argument, the weights are copied again from the policy the collector was given
+        As in TorchRL, they come positionally or as `weights=` / `policy=`, one of the three.
+        With none, the weights are copied again from the policy the collector was given
         (useful when the collector holds a copy on another device).
         """
-        self.policy.update(weights_or_module)
+        given = {
+            name: value
+            for name, value in (
+                ("policy_or_weights", policy_or_weights),
+                ("weights", weights),
+                ("policy", policy),
+            )
+            if value is not None
+        }
+        if len(given) > 1:
+            raise ValueError(
+                f"update_policy_weights_ takes one of policy_or_weights, weights and policy; "
+                f"got {sorted(given)}."
+            )
+        self.policy.update(next(iter(given.values()), None))
 
     def _poll_weight_schemes(self) -> None:
         for scheme in self.options.weight_recv_schemes.values():

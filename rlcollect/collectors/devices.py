@@ -25,14 +25,34 @@ def parse_device(value: DeviceLike, argument: str) -> torch.device | None:
     if value is None:
         return None
     if isinstance(value, torch.device):
-        return canonical_device(value)
-    try:
-        return canonical_device(torch.device(value))
-    except (RuntimeError, TypeError) as err:
+        device = value
+    else:
+        try:
+            device = torch.device(value)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(
+                f"{argument}={value!r} is not a device; use e.g. 'cpu', 'cuda', 'cuda:0' or a "
+                "torch.device."
+            ) from err
+    _check_available(device, argument, value)
+    return canonical_device(device)
+
+
+def _check_available(device: torch.device, argument: str, value: DeviceLike) -> None:
+    """A ValueError naming `argument` when `device` is a CUDA device this machine lacks."""
+    if device.type != "cuda":
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
         raise ValueError(
-            f"{argument}={value!r} is not a device; use e.g. 'cpu', 'cuda', 'cuda:0' or a "
-            "torch.device."
-        ) from err
+            f"{argument}={value!r} is a CUDA device, but CUDA is not available here; "
+            "use 'cpu' (or leave it unset)."
+        )
+    if device.index is not None and device.index >= count:
+        raise ValueError(
+            f"{argument}={value!r} names CUDA device {device.index}, but this machine has "
+            f"{count}; use an index below {count}."
+        )
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,15 +12,17 @@ from tensordict import TensorDictBase
 Process = Callable[[TensorDictBase], TensorDictBase]
 
 
-def _check_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+def _check_int(name: str, value: Any) -> int:
+    """`value` as an int (NumPy and other integral types accepted), or a TypeError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__}).")
+    return int(value)
 
 
-def validate_frames(frames_per_batch: Any, total_frames: Any) -> None:
-    """Check `frames_per_batch` (> 0) and `total_frames` (> 0, or -1 for endless)."""
-    _check_int("frames_per_batch", frames_per_batch)
-    _check_int("total_frames", total_frames)
+def validate_frames(frames_per_batch: Any, total_frames: Any) -> tuple[int, int]:
+    """Check `frames_per_batch` (> 0) and `total_frames` (> 0, or -1 for endless); as ints."""
+    frames_per_batch = _check_int("frames_per_batch", frames_per_batch)
+    total_frames = _check_int("total_frames", total_frames)
     if frames_per_batch <= 0:
         raise ValueError(
             f"frames_per_batch={frames_per_batch} must be a positive number of frames, "
@@ -30,6 +33,19 @@ def validate_frames(frames_per_batch: Any, total_frames: Any) -> None:
             f"total_frames={total_frames} must be a positive number of frames, or -1 to "
             "collect forever."
         )
+    return frames_per_batch, total_frames
+
+
+def optional_frames(name: str, value: Any) -> int | None:
+    """An optional frame count: None or a negative int (TorchRL's -1) means "not set"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be an int, or None (or -1) to leave it unset; got {value!r} "
+            f"({type(value).__name__})."
+        )
+    return int(value) if value > 0 else None
 
 
 @dataclass
@@ -53,7 +69,6 @@ class BatchOptions:
         extend_buffer: bool,
         weight_sync_schemes: Mapping[str, Any] | None,
         weight_recv_schemes: Mapping[str, Any] | None,
-        init_random_frames: int | None,
         reset_at_each_iter: bool = False,
     ) -> BatchOptions:
         """Check every option and build the pipeline `[split_trajs, postproc]`."""
@@ -73,8 +88,6 @@ class BatchOptions:
                     f"weight_recv_schemes[{name!r}] must have a receive() method returning "
                     f"weights or None; got {type(scheme).__name__}."
                 )
-        if init_random_frames is not None and init_random_frames < 0:
-            raise ValueError(f"init_random_frames={init_random_frames} must be >= 0 or None.")
         pipeline: list[Process] = []
         if split_trajs:
             from rlcollect.transforms.split import SplitTrajectories

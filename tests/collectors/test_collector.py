@@ -190,6 +190,27 @@ def test_trajectories_continue_across_batches() -> None:
     assert (second["collector", "traj_ids"] == 0).all()
 
 
+def test_error_mid_batch_restarts_from_a_reset() -> None:
+    """After a policy error the env has moved on: the next batch must not carry over slot T."""
+    calls = {"n": 0, "fail_at": 8}
+
+    def act(observation: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == calls["fail_at"]:
+            raise RuntimeError("policy failed")
+        return torch.zeros(observation.shape[:-1], dtype=torch.int64)
+
+    policy = TensorDictModule(act, in_keys=["observation"], out_keys=["action"])
+    collector = Collector(CountingEnv(episode_length=100), policy, frames_per_batch=5)
+    calls["n"] = 0  # the construction probe called the policy once
+    first = collector.next()
+    with pytest.raises(RuntimeError, match="policy failed"):
+        collector.next()  # the env stepped twice more before the error
+    after = collector.next()
+    assert after["observation"].flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert (after["collector", "traj_ids"] > first["collector", "traj_ids"].max()).all()
+
+
 def test_set_truncated_marks_last_step() -> None:
     collector = Collector(
         CountingEnv(episode_length=100, batch_size=(2,)),
@@ -270,6 +291,19 @@ def test_plain_module_is_wrapped_by_argument_name() -> None:
     )
     data = collector.next()
     assert data["action"].sum(-1).eq(1).all()
+
+
+def test_plain_module_is_wrapped_under_max_frames_per_traj() -> None:
+    class ReadsX(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return GreedyPolicy()(x)
+
+    collector = Collector(
+        "CartPole-v1", ReadsX(), frames_per_batch=10, total_frames=10, max_frames_per_traj=4
+    )
+    data = collector.next()
+    assert data["action"].sum(-1).eq(1).all()
+    assert data["next", "step_count"].max() == 4
 
 
 def test_policy_with_extra_outputs_is_stored() -> None:

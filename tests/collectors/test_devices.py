@@ -65,6 +65,7 @@ def test_same_devices_move_no_data() -> None:
 def test_cuda_without_index_means_the_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     cuda1 = torch.device("cuda", 1)
     split = DeviceSplit.resolve(env_own_device=cuda1, device="cuda")
     assert split == DeviceSplit(env=cuda1, policy=cuda1, storing=cuda1)
@@ -76,6 +77,20 @@ def test_cuda_without_index_means_the_current_device(monkeypatch: pytest.MonkeyP
 def test_unknown_device_string_is_refused(argument: str) -> None:
     with pytest.raises(ValueError, match=f"{argument}='gpu0' is not a device"):
         Collector("CartPole-v1", None, frames_per_batch=10, **{argument: "gpu0"})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+@pytest.mark.parametrize("argument", ["device", "storing_device", "policy_device", "env_device"])
+def test_cuda_device_without_cuda_is_refused_at_construction(argument: str) -> None:
+    with pytest.raises(ValueError, match=f"{argument}='cuda' is a CUDA device, but CUDA is not"):
+        Collector("CartPole-v1", None, frames_per_batch=10, **{argument: "cuda"})
+
+
+def test_cuda_index_beyond_the_machine_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"storing_device='cuda:3' names CUDA device 3, .* has 1"):
+        DeviceSplit.resolve(env_own_device=CPU, storing_device="cuda:3")
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

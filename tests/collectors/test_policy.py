@@ -131,6 +131,21 @@ def test_update_policy_weights_accepts_every_form(form: str, wrapped: bool) -> N
     assert collector.policy_version == 1
 
 
+@pytest.mark.parametrize("keyword", ["policy_or_weights", "weights", "policy"])
+def test_update_policy_weights_takes_torchrl_keywords(keyword: str) -> None:
+    collector = Collector("CartPole-v1", biased(0), frames_per_batch=20, total_frames=40)
+    new = biased(1)
+    collector.update_policy_weights_(**{keyword: new if keyword != "weights" else new.state_dict()})
+    assert (collector.next()["action"].argmax(-1) == 1).all()
+
+
+def test_update_policy_weights_refuses_two_sources() -> None:
+    collector = Collector("CartPole-v1", biased(0), frames_per_batch=20, total_frames=40)
+    with pytest.raises(ValueError, match=r"one of policy_or_weights, weights and policy; got"):
+        collector.update_policy_weights_(biased(1), weights=biased(1).state_dict())
+    assert collector.policy_version == 0
+
+
 def test_update_policy_weights_refuses_other_types() -> None:
     collector = Collector("CartPole-v1", biased(0), frames_per_batch=20, total_frames=40)
     with pytest.raises(TypeError, match=r"takes None, an nn\.Module, a state dict .*got int"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
@@ -77,3 +78,41 @@ def test_endless_collector_has_no_len() -> None:
     collector = Collector(GymEnv("CartPole-v1"), None, frames_per_batch=10)
     with pytest.raises(TypeError, match="endless collector"):
         len(collector)
+
+
+def test_numpy_integers_are_frame_counts() -> None:
+    collector = Collector(
+        "CartPole-v1",
+        None,
+        frames_per_batch=np.int64(10),
+        total_frames=np.int32(20),
+        max_frames_per_traj=np.int64(5),
+    )
+    batches = list(collector)
+    assert [batch.numel() for batch in batches] == [10, 10]
+    assert batches[0]["next", "step_count"].max() <= 5
+
+
+@pytest.mark.parametrize("argument", ["max_frames_per_traj", "init_random_frames"])
+@pytest.mark.parametrize("value", ["5", 2.5])
+def test_optional_frame_counts_must_be_int(argument: str, value: object) -> None:
+    with pytest.raises(TypeError, match=f"{argument} must be an int, or None"):
+        Collector("CartPole-v1", None, frames_per_batch=10, **{argument: value})
+
+
+@pytest.mark.parametrize("value", [None, 0, -1])
+def test_unset_optional_frame_counts(value: int | None) -> None:
+    collector = Collector(
+        "CartPole-v1",
+        None,
+        frames_per_batch=10,
+        max_frames_per_traj=value,
+        init_random_frames=value,
+    )
+    assert collector.init_random_frames == 0
+    assert ("next", "step_count") not in collector.next().keys(include_nested=True)
+
+
+def test_reset_when_done_false_is_refused() -> None:
+    with pytest.raises(ValueError, match="reset_when_done=False is not supported"):
+        Collector("CartPole-v1", None, frames_per_batch=10, reset_when_done=False)
