@@ -24,7 +24,7 @@ A subclass implements ONE face; the other is derived from it:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -220,9 +220,8 @@ class EnvBase:
         scratch = self._scratch_carrier()
         mask = None
         if tensordict is not None:
-            present = [key for key in self.observation_keys if key in tensordict.keys(True)]
-            if present:
-                scratch[..., 0].update_(tensordict.select(*present))
+            # The sub-envs that do not reset keep their observations and flags.
+            self._load_root(scratch, tensordict, (*self.observation_keys, *self.done_keys))
             if keys.RESET in tensordict:
                 mask = tensordict.get(keys.RESET).reshape(self.batch_size)
         self.bind(scratch)
@@ -232,11 +231,34 @@ class EnvBase:
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """TensorDict face of buffer-first envs: step through the private one-step carrier."""
         scratch = self._scratch_carrier()
+        if keys.ACTION not in tensordict:
+            raise KeyError(
+                f"{type(self).__name__}.step needs an 'action' entry; the TensorDict has "
+                f"{sorted(map(str, tensordict.keys()))}. Write one with env.rand_action(td) or "
+                "a policy."
+            )
         time_dim = len(self.batch_size)
         scratch.get(keys.ACTION).select(time_dim, 0).copy_(tensordict.get(keys.ACTION))
         self.bind(scratch)
         self.step_into(0)
-        return scratch.get(keys.NEXT)[..., 0].clone()
+        next_td = scratch.get(keys.NEXT)[..., 0]
+        result = next_td.clone()
+        # The scratch root moves on as a collector's carrier does: sub-envs' transforms read
+        # their own state (step counts, reward sums, frame windows) from it at the next step.
+        # It is the env's own root, so keys an outer transform rewrote cannot leak in.
+        scratch[..., 0].update_(next_td.select(*self.observation_keys, *self.done_keys))
+        return result
+
+    @staticmethod
+    def _load_root(
+        scratch: TensorDictBase,
+        tensordict: TensorDictBase,
+        root_keys: Sequence[str | tuple[str, ...]],
+    ) -> None:
+        """Copy the `root_keys` that `tensordict` has into the scratch carrier's root."""
+        present = [key for key in root_keys if key in tensordict.keys(True)]
+        if present:
+            scratch[..., 0].update_(tensordict.select(*present))
 
     def _scratch_carrier(self) -> TensorDictBase:
         if self._scratch is None:

@@ -12,8 +12,9 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlcollect import Collector
-from rlcollect.envs import GymEnv
+from rlcollect.envs import GymEnv, SerialEnv
 from rlcollect.testing import CountingEnv, TensorDictCountingEnv
+from rlcollect.transforms import RewardSum, StepCounter, TransformedEnv
 from tests.collectors.policies import GreedyPolicy, greedy_module
 
 CONTRACT_KEYS = {
@@ -451,3 +452,20 @@ def test_context_manager_closes_env() -> None:
     with Collector(env, None, frames_per_batch=10, total_frames=10) as collector:
         collector.next()
     assert env.is_closed
+
+
+def test_outer_transform_over_sub_envs_with_their_own_transforms() -> None:
+    """An outer TransformedEnv steps the batched env through its TensorDict face: the
+    sub-envs' step counters must still advance and truncate."""
+
+    def inner() -> TransformedEnv:
+        return TransformedEnv(GymEnv("CartPole-v1"), StepCounter(max_steps=5))
+
+    collector = Collector(
+        TransformedEnv(SerialEnv(2, inner), RewardSum()), None, frames_per_batch=16
+    )
+    data = collector.next()
+    assert data["step_count"][0, :8].flatten().tolist()[:6] == [0, 1, 2, 3, 4, 0]
+    assert data["next", "truncated"][0, 4].item()
+    reward_sum = data["next", "episode_reward"][0, :5].flatten().tolist()
+    assert reward_sum == [1.0, 2.0, 3.0, 4.0, 5.0]

@@ -300,3 +300,10 @@ def test_context_manager_closes() -> None:
         env.rollout(2)
     assert env.is_closed
     assert repr(env) == "CountingEnv(batch_size=(), device=cpu)"
+
+
+def test_step_without_action_names_the_missing_key() -> None:
+    env = GymEnv("CartPole-v1")
+    root = env.reset()
+    with pytest.raises(KeyError, match=r"step needs an 'action' entry; the TensorDict has"):
+        env.step(root)

@@ -21,6 +21,7 @@ from rlcollect.envs import GymEnv, ParallelEnv, SerialEnv, allocate_carrier
 from rlcollect.envs.base import EnvBase
 from rlcollect.errors import MisuseError, WorkerError
 from rlcollect.testing import check_env
+from rlcollect.transforms import Compose, RewardSum, StepCounter, TransformedEnv
 
 STEPS = 60  # long enough for random CartPole episodes (~20 steps) to end and reset
 
@@ -221,3 +222,27 @@ def test_construction_errors() -> None:
     assert not multiprocessing.active_children(), "argument errors start no process"
     with pytest.raises(WorkerError, match="creating the sub-env raised OSError: no display"):
         ParallelEnv(2, failing_env_factory)
+
+
+def counted_pendulum() -> EnvBase:
+    return TransformedEnv(GymEnv("Pendulum-v1"), Compose(StepCounter(max_steps=4), RewardSum()))
+
+
+def test_sub_env_transforms_keep_their_state_through_the_tensordict_face() -> None:
+    def zero_torque(td: TensorDictBase) -> TensorDictBase:
+        return td.set(keys.ACTION, torch.zeros(*td.batch_size, 1))
+
+    serial = SerialEnv(2, counted_pendulum)
+    parallel = ParallelEnv(2, counted_pendulum)
+    try:
+        results = []
+        for env in (serial, parallel):
+            env.set_seed(0)
+            results.append(env.rollout(6, zero_torque, break_when_any_done=False))
+        counts = results[1]["next", "step_count"][1].flatten().tolist()
+        assert counts == [1, 2, 3, 4, 1, 2], "the workers' step counters did not advance"
+        for key in [("next", "episode_reward"), ("next", "truncated"), ("next", "observation")]:
+            assert torch.equal(results[0][key], results[1][key]), key
+    finally:
+        serial.close()
+        parallel.close()

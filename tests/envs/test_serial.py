@@ -14,6 +14,7 @@ from rlcollect.envs import GymEnv, SerialEnv, allocate_carrier
 from rlcollect.envs.base import EnvBase
 from rlcollect.errors import MisuseError
 from rlcollect.testing import CountingEnv, check_env
+from rlcollect.transforms import CatFrames, Compose, RewardSum, StepCounter, TransformedEnv
 
 STEPS = 60  # long enough for random CartPole episodes (~20 steps) to end and reset
 
@@ -111,6 +112,45 @@ def test_reset_with_reset_key_keeps_the_other_sub_envs(cartpoles: SerialEnv) -> 
     assert (result[keys.OBSERVATION][[0, 2]] == 5.0).all()
     assert result[keys.OBSERVATION][1].abs().max() < 0.05
     assert keys.RESET not in result
+
+
+def test_reset_with_reset_key_keeps_the_other_sub_envs_flags(cartpoles: SerialEnv) -> None:
+    root = cartpoles.reset()
+    for name in (keys.DONE, keys.TERMINATED):
+        root.set(name, torch.ones(3, 1, dtype=torch.bool))
+    root.set(keys.RESET, torch.tensor([[True], [False], [False]]))
+    result = cartpoles.reset(root)
+    for name in (keys.DONE, keys.TERMINATED):
+        assert result[name].flatten().tolist() == [False, True, True], name
+
+
+def stateful_pendulum() -> EnvBase:
+    """Pendulum whose transforms keep state in the root: step count, reward sum, frame window."""
+    return TransformedEnv(
+        GymEnv("Pendulum-v1"),
+        Compose(
+            StepCounter(max_steps=5),
+            RewardSum(),
+            CatFrames(N=2, dim=-1, in_keys=["observation"], out_keys=["stack"]),
+        ),
+    )
+
+
+def zero_torque(td: TensorDictBase) -> TensorDictBase:
+    return td.set(keys.ACTION, torch.zeros(*td.batch_size, 1))
+
+
+def test_sub_env_transforms_keep_their_state_through_the_tensordict_face() -> None:
+    single = stateful_pendulum()
+    single.set_seed(0)
+    expected = single.rollout(8, zero_torque, break_when_any_done=False)
+    batched = SerialEnv(2, stateful_pendulum)
+    batched.set_seed(0)
+    result = batched.rollout(8, zero_torque, break_when_any_done=False)
+    assert result["next", "step_count"][0].flatten().tolist() == [1, 2, 3, 4, 5, 1, 2, 3]
+    for key in [("next", "episode_reward"), ("next", "stack"), ("next", "truncated")]:
+        assert torch.equal(result[key][0], expected[key]), key
+    batched.close()
 
 
 def test_sub_batched_envs_and_masks() -> None:
