@@ -15,7 +15,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.specs import Unbounded
+from rlcollect.envs.specs import Composite, Unbounded, spec_leaves
 
 
 def require_truncated_flag(env: Any, option: str) -> None:
@@ -49,7 +49,10 @@ class StepLimit(EnvBase):
         super().__init__(env.batch_size, env.device)
         self.env = env
         self.max_steps = max_steps
-        self.observation_spec = env.observation_spec.clone()
+        # A spec of ours whatever the env's (a TorchRL env keeps TorchRL specs).
+        self.observation_spec = Composite(shape=env.batch_size, device=env.device)
+        for key, leaf in spec_leaves(env.observation_spec):
+            self.observation_spec[key] = leaf
         shape = (*env.batch_size, 1)
         self.observation_spec[keys.STEP_COUNT] = Unbounded(shape=shape, dtype=torch.int64)
         self.action_spec = env.action_spec

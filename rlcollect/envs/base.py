@@ -31,7 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.carrier import CarrierViews, allocate_carrier
-from rlcollect.envs.specs import Composite, TensorSpec
+from rlcollect.envs.specs import Composite, TensorSpec, spec_leaves
 from rlcollect.errors import MisuseError
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
@@ -82,7 +82,7 @@ class EnvBase:
     @property
     def observation_keys(self) -> list[tuple[str, ...]]:
         """Every observation leaf key, as tuples."""
-        return [key for key, _ in self.observation_spec.leaves()]
+        return [key for key, _ in spec_leaves(self.observation_spec)]
 
     @property
     def done_keys(self) -> list[str]:
@@ -94,10 +94,10 @@ class EnvBase:
         """One Composite with the root keys and the `"next"` keys of a transition."""
         root = Composite(shape=self.batch_size, device=self.device)
         next_spec = Composite(shape=self.batch_size, device=self.device)
-        for key, spec in self.observation_spec.leaves():
+        for key, spec in spec_leaves(self.observation_spec):
             root[key] = spec
             next_spec[key] = spec
-        for key, spec in self.done_spec.leaves():
+        for key, spec in spec_leaves(self.done_spec):
             root[key] = spec
             next_spec[key] = spec
         next_spec[keys.REWARD] = self.reward_spec

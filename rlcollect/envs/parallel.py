@@ -23,6 +23,7 @@ from rlcollect.envs.parallel_worker import (
     shut_down_workers,
 )
 from rlcollect.envs.serial import CreateEnvFn, CreateEnvKwargs, env_factories
+from rlcollect.envs.specs import batch_spec
 
 
 def default_start_method() -> str:
@@ -96,7 +97,7 @@ class ParallelEnv(EnvBase):
             raise
         super().__init__(batch_size=(num_workers, *description["batch_size"]))
         for name in ("observation_spec", "action_spec", "reward_spec", "done_spec"):
-            setattr(self, name, description[name].expand(num_workers))
+            setattr(self, name, batch_spec(description[name], num_workers))
         self._sub_batch = description["batch_size"]
         self._seeds_per_worker = self._sub_batch.numel()
         self._handles = tuple(self._workers)

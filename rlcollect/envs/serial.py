@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.factory import make_env
 from rlcollect.envs.gym import GymEnv
+from rlcollect.envs.specs import batch_spec
 from rlcollect.envs.torchrl_env import is_torchrl_env
 
 EnvFactory = Callable[[], EnvBase]
@@ -169,10 +170,10 @@ class SerialEnv(EnvBase):
             raise
         first = self.envs[0]
         super().__init__(batch_size=(num_workers, *first.batch_size), device=first.device)
-        self.observation_spec = first.observation_spec.expand(num_workers)
-        self.action_spec = first.action_spec.expand(num_workers)
-        self.reward_spec = first.reward_spec.expand(num_workers)
-        self.done_spec = first.done_spec.expand(num_workers)
+        self.observation_spec = batch_spec(first.observation_spec, num_workers)
+        self.action_spec = batch_spec(first.action_spec, num_workers)
+        self.reward_spec = batch_spec(first.reward_spec, num_workers)
+        self.done_spec = batch_spec(first.done_spec, num_workers)
         self._fused_steps = [env.step_and_advance_into for env in self.envs]
 
     # --- buffer face --------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -385,3 +386,23 @@ class Composite(TensorSpec):
     def __repr__(self) -> str:
         inner = ", ".join(f"{key}={spec!r}" for key, spec in self._specs.items())
         return f"Composite({inner}, shape={tuple(self.shape)})"
+
+
+def spec_leaves(spec: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """Every leaf of a composite spec with its full key as a tuple: ours, or any spec with
+    TensorDict-style `keys(include_nested=True, leaves_only=True)` such as TorchRL's."""
+    if isinstance(spec, Composite):
+        return spec.leaves()
+    result = []
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        full = key if isinstance(key, tuple) else (key,)
+        result.append((full, spec[full]))
+    return result
+
+
+def batch_spec(spec: Any, *batch: int) -> Any:
+    """`spec` with the batch dims `batch` prepended, for our specs and TorchRL's alike
+    (TorchRL's `expand` takes the whole new shape, ours the dims to prepend)."""
+    if isinstance(spec, TensorSpec):
+        return spec.expand(*batch)
+    return spec.expand(*batch, *spec.shape)

@@ -93,3 +93,44 @@ def test_torchrl_env_runs_in_our_collector() -> None:
     reference_env.set_seed(7)
     reference = Collector(reference_env, greedy_module(), frames_per_batch=50, total_frames=100)
     assert_same_batches(list(collector), list(reference))
+
+
+@pytest.mark.slow
+def test_torchrl_env_with_max_frames_per_traj_matches_torchrl() -> None:
+    """Our step limit wraps a TorchRL env (whose specs are TorchRL's) like one of ours."""
+    env = torchrl_envs.GymEnv("CartPole-v1")
+    env.set_seed(7)
+    collector = Collector(
+        env, greedy_module(), frames_per_batch=50, total_frames=100, max_frames_per_traj=8
+    )
+    reference_env = torchrl_envs.GymEnv("CartPole-v1")
+    reference_env.set_seed(7)
+    reference = torchrl_collectors.Collector(
+        reference_env, greedy_module(), frames_per_batch=50, total_frames=100, max_frames_per_traj=8
+    )
+    ours, theirs = list(collector), list(reference)
+    assert ours[0]["next", "step_count"].max() == 8
+    assert_same_batches(ours, theirs)
+
+
+@pytest.mark.slow
+def test_serial_env_of_torchrl_envs_matches_torchrl() -> None:
+    """Our SerialEnv batches TorchRL envs (TorchRL specs, TorchRL seeding) as TorchRL's does."""
+    from rlcollect.envs import SerialEnv
+
+    def make() -> object:
+        return torchrl_envs.GymEnv("CartPole-v1")
+
+    env = SerialEnv(2, make)
+    env.set_seed(3)
+    collector = Collector(env, greedy_module(), frames_per_batch=400, total_frames=400)
+    reference_env = torchrl_envs.SerialEnv(2, make)
+    reference_env.set_seed(3)
+    reference = torchrl_collectors.Collector(
+        reference_env, greedy_module(), frames_per_batch=400, total_frames=400
+    )
+    ours, theirs = list(collector), list(reference)  # TorchRL's closes its env at the end
+    collector.shutdown()
+    assert ours[0]["next", "reward"].shape == (2, 200, 1)
+    assert ours[0]["next", "done"].any()
+    assert_same_batches(ours, theirs)
