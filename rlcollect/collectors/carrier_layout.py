@@ -7,6 +7,7 @@ the view `carrier[..., :T]` and carrying over costs one copy per root key per ba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from rlcollect.collectors.policy import (
     policy_grad_mode,
     policy_outputs,
 )
+from rlcollect.collectors.policy_state import PolicyStateCarry, policy_state_keys
 from rlcollect.envs.base import EnvBase
 
 NestedKey = str | tuple[str, ...]
@@ -32,20 +34,26 @@ POLICY_VERSION_KEY = (keys.NEXT, keys.POLICY_VERSION)
 
 def _prototype(
     env: EnvBase, policy: Any, devices: DeviceSplit, track_version: bool
-) -> tuple[TensorDictBase, list[NestedKey]]:
-    """One zero-filled frame with every key the carrier holds, and the policy's output keys."""
+) -> tuple[TensorDictBase, list[NestedKey], list[tuple[str, ...]]]:
+    """One zero-filled frame with every key the carrier holds, the policy's output keys and
+    the recurrent state keys the collector carries for it."""
     frame = env.fake_tensordict().to(devices.env)
     output_keys: list[NestedKey] = [keys.ACTION]
+    state_keys: list[tuple[str, ...]] = []
     if policy.module is not None:
         root = frame.exclude(keys.NEXT, keys.ACTION).to(devices.policy)
         outputs = policy_outputs(policy.module, root)
         output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
         frame.update(outputs.to(devices.env))
+        state_keys = policy_state_keys(output_keys, env.observation_keys)
+        for key in state_keys:  # the root slot the policy reads its state from
+            if key not in frame.keys(include_nested=True):
+                frame.set(key, torch.zeros_like(frame.get((keys.NEXT, *key))))
     frame.set(keys.TRAJ_IDS, torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env))
     if track_version:
         version = torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env)
         frame.set(POLICY_VERSION_KEY, version)
-    return frame, output_keys
+    return frame, output_keys, state_keys
 
 
 @dataclass
@@ -57,6 +65,7 @@ class CarrierLayout:
     output_keys: list[NestedKey]
     carry_keys: list[NestedKey]
     device: torch.device
+    state_keys: list[tuple[str, ...]] = field(default_factory=list)
     batch_view: TensorDictBase = field(init=False)
 
     def __post_init__(self) -> None:
@@ -74,6 +83,11 @@ class CarrierLayout:
             if POLICY_VERSION_KEY in self.carrier.keys(include_nested=True)
             else None
         )
+        self._state_carry = (
+            PolicyStateCarry(self.carrier, self.state_keys, self.time_dim)
+            if self.state_keys
+            else None
+        )
 
     @classmethod
     def build(
@@ -85,13 +99,14 @@ class CarrierLayout:
         track_version: bool,
     ) -> CarrierLayout:
         """Allocate the carrier from one prototype frame of `env` and `policy`."""
-        frame, output_keys = _prototype(env, policy, devices, track_version)
+        frame, output_keys, state_keys = _prototype(env, policy, devices, track_version)
         time_dim = len(env.batch_size)
         carrier = frame.unsqueeze(time_dim).expand(*env.batch_size, steps + 1).clone()
         carrier.zero_()
         carrier.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
         carry_keys: list[NestedKey] = [*env.observation_keys, *env.done_keys, keys.TRAJ_IDS]
-        return cls(carrier, steps, output_keys, carry_keys, devices.env)
+        carry_keys += state_keys
+        return cls(carrier, steps, output_keys, carry_keys, devices.env, state_keys)
 
     def adopt(self, storage: TensorDictBase) -> CarrierLayout:
         """A layout over `storage` (e.g. a RolloutBuffer's `[N, T + 1]` TensorDict).
@@ -108,7 +123,9 @@ class CarrierLayout:
         for key in self.carrier.keys(include_nested=True, leaves_only=True):
             if key not in storage.keys(include_nested=True):
                 storage.set(key, torch.zeros_like(self.carrier.get(key)))
-        layout = CarrierLayout(storage, self.steps, self.output_keys, self.carry_keys, self.device)
+        layout = CarrierLayout(
+            storage, self.steps, self.output_keys, self.carry_keys, self.device, self.state_keys
+        )
         for key in self.carry_keys:
             layout._at(storage.get(key), self.steps).copy_(
                 self._at(self.carrier.get(key), self.steps)
@@ -133,6 +150,19 @@ class CarrierLayout:
             policy.module, self.carrier, self.time_dim, self.output_keys, policy_device, grad_mode
         )
 
+    def env_step(self, env: EnvBase) -> Callable[[int], None]:
+        """The per-step env callable: step, advance, and carry the policy's recurrent state."""
+        step_and_advance = env.step_and_advance_into
+        carry = self._state_carry
+        if carry is None:
+            return step_and_advance
+
+        def step_and_carry(t: int) -> None:
+            step_and_advance(t)
+            carry(t)
+
+        return step_and_carry
+
     def random_step(self, action_spec: Any) -> RandomStep:
         """The per-step callable writing random actions."""
         return RandomStep(action_spec, self.carrier, self.time_dim)
@@ -140,8 +170,11 @@ class CarrierLayout:
     # --- per-batch upkeep -----------------------------------------------------------------------
 
     def start_trajectories(self, ids: torch.Tensor) -> None:
-        """New trajectories start at slot 0 with `ids` (one per sub-env)."""
+        """New trajectories start at slot 0 with `ids` (one per sub-env), with a fresh
+        recurrent state."""
         self._at(self._traj, 0).copy_(ids.reshape(self._traj.shape[: self.time_dim]))
+        if self._state_carry is not None:
+            self._state_carry.clear(0)
 
     def carry_over(self) -> None:
         """Slot 0 of the next batch = slot T of this one, for the root keys that carry."""

@@ -212,7 +212,7 @@ class Collector:
             layout.carry_over()
         random_phase = self.frames < self.init_random_frames
         policy_step = self._random_step if random_phase else self._policy_step
-        env_step = env.step_and_advance_into
+        env_step = layout.env_step(env)
         try:
             with torch.no_grad(), set_interaction_type(self.exploration_type):
                 for t in range(self.steps_per_batch):

@@ -184,29 +184,32 @@ class DictStep:
     ) -> None:
         self._policy = policy
         self._grad_mode = grad_mode
-        self._root = carrier.exclude(keys.NEXT)
+        self._carrier = carrier
         self._time_dim = time_dim
         self._output_keys = list(output_keys)
         self._device = policy_device
-        self._views: dict[int, TensorDictBase] = {}
+        self._views: dict[int, tuple[TensorDictBase, TensorDictBase]] = {}
 
-    def _view(self, t: int) -> TensorDictBase:
-        view = self._views.get(t)
-        if view is None:
+    def _view(self, t: int) -> tuple[TensorDictBase, TensorDictBase]:
+        """The root at `t` (what the policy reads) and the whole frame at `t` (where its
+        outputs go, `("next", ...)` ones included, e.g. a recurrent state)."""
+        views = self._views.get(t)
+        if views is None:
             index = (*([slice(None)] * self._time_dim), t)
-            view = self._root[index]
-            self._views[t] = view
-        return view
+            frame = self._carrier[index]
+            views = (frame.exclude(keys.NEXT), frame)
+            self._views[t] = views
+        return views
 
     def __call__(self, t: int) -> None:
-        view = self._view(t)
-        request = view.exclude(*self._output_keys).copy()
+        root, frame = self._view(t)
+        request = root.exclude(*self._output_keys).copy()
         if self._device is not None:
             request = request.to(self._device, non_blocking=True)
         with self._grad_mode:
             result = self._policy(request)
         for key in self._output_keys:
-            view.get(key).copy_(result.get(key))
+            frame.get(key).copy_(result.get(key))
 
 
 def is_fast_module(policy: Any) -> bool:

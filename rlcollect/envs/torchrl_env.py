@@ -49,6 +49,14 @@ class TorchRLEnv(EnvBase):
     def fake_tensordict(self) -> TensorDictBase:
         return self.env.fake_tensordict()
 
+    def step_into(self, t: int) -> None:
+        """Step with the root at `t`, and with what the policy already wrote under `"next"`
+        (a recurrent state): TorchRL envs keep those entries, as in TorchRL's own collector."""
+        views = self._carrier_views()
+        request = views.root(t).exclude(keys.NEXT).clone()
+        request.set(keys.NEXT, views.next(t).clone())
+        views.write_next(t, self.env.step(request).get(keys.NEXT))
+
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         result = self.env.reset(tensordict)
         return result.exclude(keys.NEXT)
