@@ -141,13 +141,26 @@ class Bounded(TensorSpec):
             raise ValueError(f"Bounded spec needs low <= high; got low={low} and high={high}.")
 
     def rand(self, shape: ShapeLike = ()) -> torch.Tensor:
+        """Uniform where both bounds are finite (integers: each value in `[low, high]` alike);
+        otherwise as Gymnasium's `Box.sample`:
+        `low + Exp(1)` or `high - Exp(1)` for one infinite bound, `N(0, 1)` for two."""
         full = (*_as_shape(shape), *self.shape)
-        low, high = self.low.double(), self.high.double()
-        span = (high - low).clamp_max(1e10)
-        finite_low = torch.where(torch.isfinite(low), low, -span.clamp_max(1.0))
-        value = finite_low + torch.rand(full, dtype=torch.float64, device=self.device) * span
-        if not self.dtype.is_floating_point:
-            value = value.round()
+        low, high = self.low.double().expand(full), self.high.double().expand(full)
+        uniform = torch.rand(full, dtype=torch.float64, device=self.device)
+        if not self.dtype.is_floating_point:  # integer bounds are finite: uniform, inclusive
+            value = low + torch.floor(uniform * (high - low + 1))
+            return value.clamp(low, high).to(self.dtype)
+        low_finite, high_finite = torch.isfinite(low), torch.isfinite(high)
+        exponential = -torch.log1p(-uniform)
+        value = torch.where(
+            low_finite & high_finite,
+            low + uniform * (high - low),
+            torch.where(
+                low_finite,
+                low + exponential,
+                torch.where(high_finite, high - exponential, torch.randn_like(uniform)),
+            ),
+        )
         return value.clamp(low, high).to(self.dtype)
 
     def zero(self, shape: ShapeLike = ()) -> torch.Tensor:

@@ -106,14 +106,19 @@ class Storage(abc.ABC):
         """The entry ``key`` of the items at slots ``index``, stacked."""
 
     def __getitem__(self, index: torch.Tensor | int | slice | Sequence[int]) -> Any:
-        """Items by slot: an int, a slice over the stored items, a list or a 1-D tensor."""
-        if isinstance(index, slice):
-            return self.get(torch.arange(*index.indices(len(self))))
-        if isinstance(index, torch.Tensor) and index.ndim == 0:
-            return self.get(int(index))
-        if not isinstance(index, (int, torch.Tensor)):
-            index = torch.as_tensor(index, dtype=torch.long)
-        return self.get(index)
+        """Items by slot: an int, a slice over the stored items, a list or a 1-D tensor.
+
+        Takes the lock, as every read does: it maps what other processes wrote to a shared
+        storage, and no writer is halfway through the slots read.
+        """
+        with self.lock:
+            if isinstance(index, slice):
+                return self.get(torch.arange(*index.indices(len(self))))
+            if isinstance(index, torch.Tensor) and index.ndim == 0:
+                return self.get(int(index))
+            if not isinstance(index, (int, torch.Tensor)):
+                index = torch.as_tensor(index, dtype=torch.long)
+            return self.get(index)
 
     def empty(self) -> None:
         """Forgets every item and resets the cursor and the write count."""

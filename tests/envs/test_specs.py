@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -255,3 +257,32 @@ def test_composite_expand_clone_to() -> None:
     assert "extra" not in spec
     assert spec.to("meta")["agent", "position"].device == torch.device("meta")
     assert spec == spec.clone()
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected_mean", "in_half"),
+    [
+        (-math.inf, math.inf, 0.0, None),  # N(0, 1)
+        (0.0, math.inf, 1.0, "above"),  # low + Exp(1)
+        (-math.inf, 0.0, -1.0, "below"),  # high - Exp(1)
+    ],
+)
+def test_rand_of_unbounded_boxes_samples_as_gymnasium(
+    low: float, high: float, expected_mean: float, in_half: str | None
+) -> None:
+    torch.manual_seed(0)
+    values = Bounded(low, high, shape=(20_000,)).rand()
+    assert torch.isfinite(values).all()
+    assert abs(values.mean().item() - expected_mean) < 0.05
+    assert abs(values.std().item() - 1.0) < 0.05
+    if in_half == "above":
+        assert (values >= 0).all()
+    elif in_half == "below":
+        assert (values <= 0).all()
+
+
+def test_rand_of_integer_bounds_draws_every_value_alike() -> None:
+    torch.manual_seed(0)
+    counts = torch.bincount(Bounded(0, 4, shape=(50_000,), dtype=torch.int64).rand())
+    assert counts.numel() == 5
+    assert (counts - 10_000).abs().max() < 500

@@ -153,3 +153,28 @@ def test_sharing_an_initialized_storage_keeps_its_items() -> None:
     assert buffer.write_count == 5
     assert os.path.isdir(storage._directory.path)  # type: ignore[union-attr]
     buffer.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children")
+@pytest.mark.parametrize("kind", ["tensor", "memmap"])
+def test_storage_reads_see_what_only_workers_wrote(kind: str, tmp_path: Path) -> None:
+    """`buffer.storage[index]` is the first read in this process: it must map the workers' data."""
+    context = multiprocessing.get_context("spawn")
+    storage = (
+        LazyTensorStorage(100)
+        if kind == "tensor"
+        else LazyMemmapStorage(100, scratch_dir=tmp_path / "buffer")
+    )
+    buffer = ReplayBuffer(storage=storage, shared=True)
+    worker = context.Process(target=extend_shared, args=(buffer, 1, 40, 10))
+    try:
+        worker.start()
+        worker.join(timeout=100)
+        assert worker.exitcode == 0
+        items = buffer.storage[torch.arange(40)]
+        check_frames_consistent(items)
+        assert sorted(items["id"].tolist()) == [10**6 + i for i in range(40)]
+    finally:
+        worker.join(timeout=30)
+        buffer.close()
