@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -30,7 +31,12 @@ def make_vector_env(
     env_id: str, num_envs: int | None, vectorization_mode: str, **make_kwargs: Any
 ) -> gym.vector.VectorEnv:
     """`gymnasium.make_vec` in same-step autoreset mode, with errors that name the argument."""
-    if num_envs is None or num_envs < 1:
+    if (
+        num_envs is None
+        or isinstance(num_envs, bool)
+        or not isinstance(num_envs, numbers.Integral)
+        or num_envs < 1
+    ):
         raise ValueError(
             f"num_envs must be a positive int when vector_env_or_id is an id; got "
             f"num_envs={num_envs!r}. Pass e.g. GymVectorEnv({env_id!r}, num_envs=8)."

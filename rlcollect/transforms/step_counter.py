@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from tensordict import TensorDictBase
 
@@ -39,7 +41,11 @@ class StepCounter(Transform):
         truncated_key: str = keys.TRUNCATED,
         step_count_key: str = keys.STEP_COUNT,
     ) -> None:
-        if max_steps is not None and (isinstance(max_steps, bool) or max_steps < 1):
+        if max_steps is not None and (
+            isinstance(max_steps, bool)
+            or not isinstance(max_steps, numbers.Integral)
+            or max_steps < 1
+        ):
             raise ValueError(
                 f"max_steps must be a positive integer or None; got {max_steps!r}. "
                 "Use max_steps=None to count without truncating."

@@ -124,8 +124,24 @@ class TransformedEnv(EnvBase):
         return {name: value.clone() for name, value in self.transform.state_dict().items()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore what `state_dict()` returned."""
-        self.transform.load_state_dict(state_dict)
+        """Restore what `state_dict()` returned; the specs follow (e.g. a normalization's
+        bounds). Statistics that do not fit the observations are refused, and the transforms
+        are left as they were."""
+        saved = [
+            (
+                module,
+                {name: None if b is None else b.clone() for name, b in module._buffers.items()},
+            )
+            for module in self.transform.modules()
+        ]
+        try:
+            self.transform.load_state_dict(state_dict)
+            self.refresh_specs()
+        except (RuntimeError, ValueError):
+            for module, buffers in saved:
+                module._buffers.update(buffers)
+            self.refresh_specs()
+            raise
 
     def close(self) -> None:
         if not self.is_closed:

@@ -162,6 +162,8 @@ def test_argument_errors_name_the_argument() -> None:
         GymVectorEnv("NoSuchEnv-v0", num_envs=2)
     with pytest.raises(ValueError, match="num_envs must be a positive int"):
         GymVectorEnv("CartPole-v1")
+    with pytest.raises(ValueError, match=r"num_envs must be a positive int.*num_envs=2\.5"):
+        GymVectorEnv("CartPole-v1", num_envs=2.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"Wrap a single gymnasium\.Env with GymEnv"):
         GymVectorEnv(gym.make("CartPole-v1"))  # type: ignore[arg-type]
     vector_env = cartpole_vector(2, AutoresetMode.SAME_STEP)

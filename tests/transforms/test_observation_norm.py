@@ -189,3 +189,25 @@ def test_rejects_bad_arguments_and_misuse() -> None:
         ours_norm(True).init_stats(10)
     with pytest.raises(MisuseError, match="uses running stats"):
         ObservationNorm(running=True).init_stats(10)
+
+
+def test_loaded_stats_update_the_specs() -> None:
+    loc, scale = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 2.0, 2.0])
+    source = TransformedEnv(GymEnv("Pendulum-v1"), ObservationNorm(loc=loc, scale=scale))
+    target = TransformedEnv(GymEnv("Pendulum-v1"), ObservationNorm())
+    target.load_state_dict(source.state_dict())
+    expected, loaded = source.observation_spec[OBSERVATION], target.observation_spec[OBSERVATION]
+    assert type(loaded) is type(expected)
+    assert torch.equal(loaded.low, expected.low)
+    assert torch.equal(loaded.high, expected.high)
+
+
+def test_loaded_stats_of_the_wrong_shape_are_refused_and_change_nothing() -> None:
+    env = TransformedEnv(GymEnv("Pendulum-v1"), ObservationNorm())
+    before = env.observation_spec[OBSERVATION]
+    bad = {"transforms.0.loc": torch.zeros(5), "transforms.0.scale": torch.ones(5)}
+    with pytest.raises(ValueError, match=r"loc \(5,\) and scale \(5,\) do not broadcast"):
+        env.load_state_dict(bad)
+    assert env.transform[0].loc is None
+    assert not env.transform[0].initialized
+    assert env.observation_spec[OBSERVATION] == before

@@ -116,7 +116,7 @@ def test_spec() -> None:
     assert spec.is_in(env.reset()[STEP_COUNT])
 
 
-@pytest.mark.parametrize("max_steps", [0, -3, True])
+@pytest.mark.parametrize("max_steps", [0, -3, True, 2.5, "5"])
 def test_rejects_bad_max_steps(max_steps: int) -> None:
     with pytest.raises(ValueError, match="max_steps must be a positive integer"):
         StepCounter(max_steps)
