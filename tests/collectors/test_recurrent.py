@@ -82,11 +82,11 @@ torchrl_envs = pytest.importorskip("torchrl.envs")
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 
 
-def lstm_policy() -> tuple[TensorDictSequential, object]:
+def lstm_policy(kind: str = "lstm") -> tuple[TensorDictSequential, object]:
+    """A TorchRL LSTM (or GRU) policy and its recurrent module, with fixed weights."""
     torch.manual_seed(0)
-    lstm = torchrl_modules.LSTMModule(
-        input_size=4, hidden_size=8, in_key="observation", out_key="embed"
-    )
+    module_class = torchrl_modules.LSTMModule if kind == "lstm" else torchrl_modules.GRUModule
+    lstm = module_class(input_size=4, hidden_size=8, in_key="observation", out_key="embed")
     head = TensorDictModule(nn.Linear(8, 2), in_keys=["embed"], out_keys=["logits"])
     to_action = TensorDictModule(
         lambda logits: nn.functional.one_hot(logits.argmax(-1), 2),
@@ -96,9 +96,9 @@ def lstm_policy() -> tuple[TensorDictSequential, object]:
     return TensorDictSequential(lstm, head, to_action), lstm
 
 
-def torchrl_recurrent_batches() -> list[TensorDictBase]:
+def torchrl_recurrent_batches(kind: str = "lstm") -> list[TensorDictBase]:
     """TorchRL's collector with its LSTM recipe: InitTracker and the LSTM's state primer."""
-    policy, lstm = lstm_policy()
+    policy, lstm = lstm_policy(kind)
     env = torchrl_envs.TransformedEnv(
         torchrl_envs.GymEnv("CartPole-v1"),
         torchrl_envs.Compose(torchrl_envs.InitTracker(), lstm.make_tensordict_primer()),
@@ -122,15 +122,16 @@ def test_torchrl_lstm_on_a_torchrl_env_matches_torchrl() -> None:
 
 
 @pytest.mark.slow
-def test_torchrl_lstm_on_our_env_without_primer_matches_torchrl() -> None:
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_torchrl_rnn_on_our_env_without_primer_matches_torchrl(kind: str) -> None:
     """We carry the state ourselves (zeroed at resets), as TorchRL's primer does."""
-    policy, _ = lstm_policy()
+    policy, _ = lstm_policy(kind)
     env = TransformedEnv(GymEnv("CartPole-v1"), InitTracker())
     env.set_seed(0)
     ours = list(Collector(env, policy, frames_per_batch=40, total_frames=80))
-    theirs = torchrl_recurrent_batches()
+    theirs = torchrl_recurrent_batches(kind)
     assert_same_batches(ours, theirs)
-    hidden = ours[0]["recurrent_state_h"]
+    hidden = ours[0]["recurrent_state_h" if kind == "lstm" else "recurrent_state"]
     assert hidden[1].abs().sum() > 0, "the state never reached the root"
     assert (hidden[ours[0]["is_init"].flatten()] == 0).all()
 
