@@ -29,6 +29,10 @@ class SliceSampler(Sampler):
     slice); ``truncated_key`` marks the last step of every slice (and its ``"done"`` sibling is
     OR-ed with it), so value estimators see where slices end.
 
+    A `[B, T]` batch is stored row after row, so without trajectory ids the end of one env's
+    row runs into the next row's start unless a done flag separates them: store collector
+    batches (they carry ``("collector", "traj_ids")``), or mark each row's last step done.
+
     Keyword Args:
         num_slices: the number of slices per batch (then ``slice_len = batch_size // num_slices``).
         slice_len: the length of each slice (then ``num_slices = batch_size // slice_len``).
