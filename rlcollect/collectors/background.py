@@ -13,12 +13,17 @@ from rlcollect.errors import MisuseError
 logger = logging.getLogger(__name__)
 
 
+class BatchAbandonedError(Exception):
+    """A batch given up half-way because background collection is shutting down."""
+
+
 class BackgroundLoop:
     """Calls `run_batch()` in a daemon thread until it returns False or `shutdown()` is called.
 
     `pause()` is a context manager: on entry it waits for the batch in flight to finish, and no
-    batch runs until it exits. An exception in the thread stops the loop; it is logged at once
-    and raised again by `shutdown()` and `pause()`.
+    batch runs until it exits. `run_batch` polls `stop_requested` to abandon a batch early. An
+    exception in the thread stops the loop; it is logged at once and raised again by the next
+    `start()`, `pause()` or `shutdown()`.
     """
 
     def __init__(self, run_batch: Callable[[], bool], name: str = "rlcollect-collector") -> None:
@@ -29,22 +34,29 @@ class BackgroundLoop:
         self._resume.set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._paused = False
         self.error: BaseException | None = None
 
-    @property
-    def is_stopping(self) -> bool:
-        """Whether the thread runs but was told to stop: a batch it finishes must not be written."""
-        return self._stop.is_set() and self.is_running
+    def stop_requested(self) -> bool:
+        """Whether `shutdown()` was called: the batch in flight may be abandoned."""
+        return self._stop.is_set()
 
     @property
     def is_running(self) -> bool:
         """Whether the thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def is_busy(self) -> bool:
+        """Whether the thread may be collecting now: running and not held by `pause()`."""
+        return self.is_running and not self._paused
+
     def start(self) -> None:
-        """Start the thread; starting twice is an error."""
+        """Start the thread; starting twice is an error, and so is an unreported failure of
+        the previous run (raised here rather than by a later `pause()`)."""
         if self.is_running:
             raise MisuseError("the collector is already running in the background.")
+        self.raise_error()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
         self._thread.start()
@@ -53,9 +65,15 @@ class BackgroundLoop:
         try:
             while not self._stop.is_set():
                 self._resume.wait()
-                with self._lock:
+                # Poll the lock: a shutdown() called inside pause() must not wait for it.
+                while not self._lock.acquire(timeout=0.05):
+                    if self._stop.is_set():
+                        return
+                try:
                     if self._stop.is_set() or not self._run_batch():
                         return
+                finally:
+                    self._lock.release()
         except BaseException as err:  # reported to the caller by shutdown() / pause()
             self.error = err
             logger.error("background collection failed:\n%s", traceback.format_exc())
@@ -67,15 +85,18 @@ class BackgroundLoop:
         try:
             with self._lock:
                 self.raise_error()
-                yield
+                self._paused = True
+                try:
+                    yield
+                finally:
+                    self._paused = False
         finally:
             self._resume.set()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Ask the thread to stop and wait up to `timeout` seconds for it to end.
 
-        The batch in flight is finished but, when `run_batch` checks `is_stopping`, not written,
-        so that nothing reaches the buffer once `shutdown` has returned.
+        Safe inside `pause()`: the thread then ends without running another batch.
         """
         self._stop.set()
         self._resume.set()

@@ -120,17 +120,41 @@ class CarrierLayout:
                 f"the rollout storage has batch {tuple(storage.batch_size)}; this collector "
                 f"writes {tuple(expected)} ([*env batch, frames_per_batch / env batch + 1])."
             )
-        for key in self.carrier.keys(include_nested=True, leaves_only=True):
-            if key not in storage.keys(include_nested=True):
+        carrier_keys = self.carrier.keys(include_nested=True, leaves_only=True)
+        present = storage.keys(include_nested=True)
+        for key in carrier_keys:  # check everything before changing anything
+            if key in present:
+                ours, theirs = self.carrier.get(key), storage.get(key)
+                if not isinstance(theirs, torch.Tensor) or (ours.shape, ours.dtype) != (
+                    theirs.shape,
+                    theirs.dtype,
+                ):
+                    found = (
+                        f"{tuple(theirs.shape)} {theirs.dtype}"
+                        if isinstance(theirs, torch.Tensor)
+                        else type(theirs).__name__
+                    )
+                    raise ValueError(
+                        f"the rollout storage's {key!r} is {found}; this collector writes "
+                        f"{tuple(ours.shape)} {ours.dtype} there. Allocate the storage from "
+                        "a frame of this env and policy."
+                    )
+        for key in carrier_keys:
+            if key not in present:
                 storage.set(key, torch.zeros_like(self.carrier.get(key)))
         layout = CarrierLayout(
             storage, self.steps, self.output_keys, self.carry_keys, self.device, self.state_keys
         )
-        for key in self.carry_keys:
-            layout._at(storage.get(key), self.steps).copy_(
-                self._at(self.carrier.get(key), self.steps)
-            )
+        layout.carry_from(self)
         return layout
+
+    def carry_from(self, other: CarrierLayout) -> None:
+        """Slot T of this carrier = slot T of `other`'s, for the root keys that carry (the
+        state the next batch starts from)."""
+        for key in self.carry_keys:
+            self._at(self.carrier.get(key), self.steps).copy_(
+                other._at(other.carrier.get(key), other.steps)
+            )
 
     def _at(self, tensor: torch.Tensor, t: int) -> torch.Tensor:
         return tensor.select(self.time_dim, t)

@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
-from rlcollect.collectors.background import BackgroundLoop
+from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
@@ -21,6 +21,7 @@ from rlcollect.collectors.options import BatchOptions, optional_frames, validate
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.envs.factory import make_env
+from rlcollect.errors import MisuseError
 
 
 class Collector:
@@ -175,7 +176,8 @@ class Collector:
         )
         self._trajectories = TrajectoryCounter()
         self._episodes = EpisodeTracker()
-        self._background = BackgroundLoop(self._collect_into_buffer)
+        self._background = BackgroundLoop(self._background_batch)
+        self._rollout_target: tuple[TensorDictBase, CarrierLayout, Any, Any] | None = None
         self.frames = 0
         self.iterations = 0
         self._needs_reset = True
@@ -196,8 +198,12 @@ class Collector:
 
     # --- the rollout loop -----------------------------------------------------------------------
 
-    def _collect(self) -> None:
-        """Fill the carrier with one batch: prepare, run policy and env per step, account."""
+    def _collect(self, stop: Callable[[], bool] | None = None) -> None:
+        """Fill the carrier with one batch: prepare, run policy and env per step, account.
+
+        `stop` is polled before every step; when it answers True the batch is abandoned
+        (`BatchAbandonedError`): nothing is counted and the next batch starts from a reset.
+        """
         if self._start_time is None:
             self._start_time = time.perf_counter()
         self._poll_weight_schemes()
@@ -216,6 +222,8 @@ class Collector:
         try:
             with torch.no_grad(), set_interaction_type(self.exploration_type):
                 for t in range(self.steps_per_batch):
+                    if stop is not None and stop():
+                        raise BatchAbandonedError
                     policy_step(t)
                     env_step(t)
         except BaseException:
@@ -246,28 +254,66 @@ class Collector:
         `rollout` is a `[*env.batch_size, T + 1]` TensorDict such as
         `RolloutBuffer.start_rollout()`: the collector writes its `[..., :T]` transitions and
         the next observation at slot `T` (where the following rollout starts). Keys it lacks
-        are added to it once. Counts towards `total_frames` like a yielded batch.
+        are added to it once. Counts towards `total_frames` like a yielded batch. The
+        collector writes into `rollout` only during this call.
+
+        Raises:
+            StopIteration: when `total_frames` have been collected.
+            ValueError: when `rollout` has the wrong batch size, or an entry of the wrong
+                shape or dtype.
         """
-        if rollout is not self.layout.carrier:
-            self.layout = self.layout.adopt(rollout)
-            self._random_step = self.layout.random_step(self.env.action_spec)
-            self._policy_step = (
-                self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
-            )
-        self._collect()
+        self._check_idle("collect_rollout()")
+        if self.is_done:
+            raise StopIteration
+        own = self.layout
+        target = self._rollout_target
+        if target is None or target[0] is not rollout:
+            layout = own.adopt(rollout)  # validates rollout before anything changes
+            random_step = layout.random_step(self.env.action_spec)
+            policy_step = layout.policy_step(self.policy, self.inference_mode) or random_step
+            target = self._rollout_target = (rollout, layout, random_step, policy_step)
+        _, layout, random_step, policy_step = target
+        layout.carry_from(own)
+        saved_steps = (self._random_step, self._policy_step)
+        self.layout, self._random_step, self._policy_step = layout, random_step, policy_step
+        try:
+            self._collect()
+        finally:
+            own.carry_from(layout)
+            self.layout = own
+            self._random_step, self._policy_step = saved_steps
         return rollout
 
-    def _collect_into_buffer(self) -> bool:
+    def _background_batch(self) -> bool:
+        """One batch of `start()`: False ends the thread (done, or abandoned at shutdown)."""
+        try:
+            return self._collect_into_buffer(stop=self._background.stop_requested)
+        except BatchAbandonedError:
+            return False
+
+    def _collect_into_buffer(self, stop: Callable[[], bool] | None = None) -> bool:
+        """Collect one batch and extend the buffer with a copy of it (a buffer may keep what
+        it is given, e.g. a list storage). Returns whether collection goes on."""
         if self.is_done:
             return False
-        self._collect()
-        if self._background.is_stopping:
-            return False
-        batch = self.layout.batch_view
-        if self.options.pipeline or self.devices.storing_crosses:
-            batch = self._deliver()
-        self.options.replay_buffer.extend(batch)
+        self._collect(stop)
+        try:
+            self.options.replay_buffer.extend(self._deliver())
+        except BaseException:
+            # Not stored, so not counted; the next batch starts a new trajectory from a reset
+            # rather than leaving a hole inside one.
+            self.frames -= self.frames_per_batch
+            self.iterations -= 1
+            self._needs_reset = True
+            raise
         return not self.is_done
+
+    def _check_idle(self, action: str) -> None:
+        if self._background.is_busy:
+            raise MisuseError(
+                f"{action} cannot run while the collector fills its buffer in the background; "
+                "call it inside `with collector.pause():` or after async_shutdown()."
+            )
 
     # --- iteration ------------------------------------------------------------------------------
 
@@ -282,6 +328,7 @@ class Collector:
         Raises:
             StopIteration: when `total_frames` have been collected.
         """
+        self._check_idle("next()")
         if self.is_done:
             raise StopIteration
         if self.options.replay_buffer is not None:
@@ -319,9 +366,11 @@ class Collector:
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
         """Stop background collection and release the env.
 
-        Returns once the thread has ended or after `timeout` seconds, whichever comes first;
-        the batch in flight is dropped, so nothing is written to the buffer after this returns.
-        The env is closed only if the thread has ended.
+        Returns once the thread has ended or after `timeout` seconds, whichever comes first.
+        A batch being collected is abandoned at its next step: it is neither written nor
+        counted (so `frames` stays equal to what reached the buffer), and collection would
+        restart from a reset. A batch already collected is written whole before the thread
+        ends. The env is closed only if the thread has ended.
         """
         try:
             self._background.shutdown(timeout)
@@ -382,6 +431,7 @@ class Collector:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`: counters go on, no trajectory id is reused."""
+        self._check_idle("load_state_dict()")
         self.frames = self._frames_at_start = int(state["frames"])
         self.iterations = int(state["iterations"])
         self._trajectories.next_id = max(self._trajectories.next_id, int(state["next_traj_id"]))
@@ -392,11 +442,13 @@ class Collector:
 
     def set_seed(self, seed: int) -> int:
         """Seed the env (sub-env i gets `seed + i`); the next batch starts from a reset."""
+        self._check_idle("set_seed()")
         self._needs_reset = True
         return self.env.set_seed(seed)
 
     def reset(self) -> None:
         """Start new trajectories: the next batch begins with an env reset."""
+        self._check_idle("reset()")
         self._needs_reset = True
 
     def stats(self) -> dict[str, float]:

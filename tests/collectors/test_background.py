@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -12,7 +13,8 @@ from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
-from rlcollect.replay import LazyTensorStorage, ReplayBuffer
+from rlcollect.errors import MisuseError
+from rlcollect.replay import LazyTensorStorage, ListStorage, ReplayBuffer
 from rlcollect.testing import CountingEnv, TensorDictCountingEnv
 from tests.collectors.policies import GreedyPolicy
 
@@ -161,3 +163,109 @@ def test_async_shutdown_returns_within_timeout_mid_batch() -> None:
     assert time.monotonic() - started < 1.0
     wait_for(lambda: not any(t.name == "rlcollect-collector" for t in threading.enumerate()))
     assert buffer.write_count == 0, "the batch in flight was written after shutdown returned"
+
+
+def test_list_storage_keeps_each_batch_not_a_view_of_the_carrier() -> None:
+    buffer = ReplayBuffer(storage=ListStorage(100))
+    collector = Collector(
+        CountingEnv(episode_length=100),
+        None,
+        frames_per_batch=4,
+        total_frames=12,
+        replay_buffer=buffer,
+    )
+    list(collector)
+    stored = [float(buffer[i]["observation"]) for i in range(len(buffer))]
+    assert stored == [float(i) for i in range(12)]
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_abandons_the_batch_in_flight_and_counts_only_what_was_written() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(1000))
+    collector = Collector(
+        SlowCountingEnv(episode_length=1000), None, frames_per_batch=20, replay_buffer=buffer
+    )
+    collector.start()
+    wait_for(lambda: buffer.write_count >= 20)
+    collector.async_shutdown(timeout=10, close_env=False)
+    assert collector.frames == buffer.write_count
+    written = buffer.write_count
+    collector.next()  # the abandoned batch left the env mid-trajectory: start from a reset
+    assert buffer.write_count == written + 20
+    last = buffer[torch.arange(written, written + 20)]
+    assert last["observation"].flatten()[0] == 0
+    first_ids = buffer[torch.arange(written)]["collector", "traj_ids"]
+    assert last["collector", "traj_ids"].min() > first_ids.max()
+
+
+def test_a_failed_extend_is_not_counted_and_the_next_batch_restarts() -> None:
+    class FailsOnce:
+        def __init__(self) -> None:
+            self.batches: list[TensorDictBase] = []
+            self.fail = True
+
+        def extend(self, data: TensorDictBase) -> None:
+            if self.fail:
+                self.fail = False
+                raise OSError("disk full")
+            self.batches.append(data)
+
+    buffer = FailsOnce()
+    collector = Collector(
+        CountingEnv(episode_length=100), None, frames_per_batch=5, replay_buffer=buffer
+    )
+    with pytest.raises(OSError, match="disk full"):
+        collector.next()
+    assert (collector.frames, collector.iterations) == (0, 0)
+    collector.next()
+    assert buffer.batches[0]["observation"].flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert collector.frames == 5
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_inside_pause_does_not_hang() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(1000))
+    collector = Collector(CountingEnv(), None, frames_per_batch=10, replay_buffer=buffer)
+    collector.start()
+    wait_for(lambda: buffer.write_count > 0)
+    with collector.pause():
+        collector.shutdown()
+    assert not any(t.name == "rlcollect-collector" for t in threading.enumerate())
+
+
+def test_calls_that_would_race_the_thread_are_refused_unless_paused() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(10_000))
+    collector = Collector(CountingEnv(), None, frames_per_batch=10, replay_buffer=buffer)
+    collector.start()
+    try:
+        calls = {
+            "next()": collector.next,
+            "set_seed()": lambda: collector.set_seed(0),
+            "reset()": collector.reset,
+            "load_state_dict()": lambda: collector.load_state_dict(collector.state_dict()),
+        }
+        for name, call in calls.items():
+            with pytest.raises(MisuseError, match=rf"{re.escape(name)} cannot run while"):
+                call()
+        with collector.pause():
+            collector.set_seed(0)
+            collector.reset()
+            frozen = buffer.write_count
+            collector.next()  # runs in this thread while the background one waits
+            assert buffer.write_count == frozen + 10
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_start_raises_the_unreported_error_of_the_previous_run() -> None:
+    class Broken:
+        def extend(self, data: object) -> None:
+            raise OSError("disk full")
+
+    collector = Collector(CountingEnv(), None, frames_per_batch=10, replay_buffer=Broken())
+    collector.start()
+    wait_for(lambda: not collector._background.is_running)
+    with pytest.raises(RuntimeError, match="disk full"):
+        collector.start()
+    collector.shutdown()
