@@ -24,14 +24,22 @@ from typing import Any
 import hydra
 import torch
 from common.checkpoint import load_checkpoint, save_checkpoint
-from common.config import ConfigError, build, build_partial, resume_path, run_or_exit, validate
+from common.config import (
+    ConfigError,
+    build,
+    build_partial,
+    refuse_collector_option,
+    resume_path,
+    run_or_exit,
+    validate,
+)
 from common.env_info import EnvInfo, probe_env
-from common.evaluation import evaluate, report_run
+from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
 from common.models import EpsilonGreedy
 from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -156,8 +164,24 @@ def check_config(cfg: DictConfig) -> None:
             "dqn.start_epsilon",
             "dqn.end_epsilon",
             "dqn.lr_end_factor",
+            "dqn.exploration_fraction",
         ],
+        nonnegative_ints=["eval_episodes", "eval_every", "dqn.learning_starts"],
+        positive_numbers=["dqn.max_grad_norm", "dqn.stall_timeout_s"],
     )
+    refuse_collector_option(
+        cfg,
+        "collector.split_trajs",
+        "the replay buffer would store the padding of split trajectories as transitions. "
+        "Leave collector.split_trajs=false.",
+    )
+    capacity = OmegaConf.select(cfg, "replay_buffer.storage.max_size", default=None)
+    if isinstance(capacity, int) and cfg.dqn.learning_starts > capacity:
+        raise ConfigError(
+            f"dqn.learning_starts={cfg.dqn.learning_starts} is more than the buffer holds "
+            f"(replay_buffer.storage.max_size={capacity}): learning would never start. Lower "
+            "one or raise the other."
+        )
     if cfg.collector.total_frames <= 0:
         raise ConfigError(
             f"collector.total_frames={cfg.collector.total_frames}: DQN needs a finite run, "
@@ -223,17 +247,15 @@ def train(cfg: DictConfig) -> None:
     )
 
     evaluation = PeriodicEvaluation(
-        cfg,
-        policy,
-        key,
-        collector.frames,
-        recorder.run_dir / BEST_POLICY_NAME,
-        float(state.get("best_eval_return", -math.inf)),
+        cfg, policy, key, collector.frames, recorder.run_dir / BEST_POLICY_NAME
     )
+    if state:
+        evaluation.resume(state.get("best_policy"))
 
     def checkpoint() -> dict[str, Any]:
         return {
             "best_eval_return": evaluation.best_return,
+            "best_policy": evaluation.best,
             "frames": collector.frames,
             "collector": collector.state_dict(),
             "policy": policy.state_dict(),
@@ -251,7 +273,14 @@ def train(cfg: DictConfig) -> None:
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
-    report_run(recorder, env_factory, greedy_policy, cfg.eval_episodes, columns=["updates"])
+    report_run(
+        recorder,
+        env_factory,
+        greedy_policy,
+        cfg.eval_episodes,
+        columns=["updates"],
+        seed=evaluation.fresh_seed,  # other episodes than those the best policy was picked on
+    )
     evaluation.report_best()
 
 
@@ -321,7 +350,6 @@ class PeriodicEvaluation:
         key: Any,
         start_frames: int,
         best_path: Path,
-        best_return: float = -math.inf,
     ) -> None:
         self.every = cfg.eval_every
         self.episodes = cfg.eval_episodes
@@ -330,18 +358,42 @@ class PeriodicEvaluation:
         self.policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
         self.next_at = start_frames + self.every
         self.best_path = best_path
-        self.best_return = best_return
+        self.best: dict[str, Any] | None = None  # what best_path holds: policy, frames, return
+        # Every evaluation starts from the same states, so their returns compare policies.
+        self.seed = cfg.seed + EVAL_SEED_OFFSET
+        self.fresh_seed = self.seed + 100_000  # episodes no evaluation picked a policy on
+
+    @property
+    def best_return(self) -> float:
+        """The greedy return of the best policy so far (-inf before the first evaluation)."""
+        return -math.inf if self.best is None else float(self.best["eval_return"])
+
+    def resume(self, saved_best: dict[str, Any] | None) -> None:
+        """Take over the best policy of the run being resumed: the checkpoint's, or the one in
+        the run dir when the run went on past its checkpoint and found a better one. The run
+        dir's `best_policy.pt` then holds it, also when resuming into a new run dir."""
+        on_disk = None
+        if self.best_path.exists():
+            on_disk = torch.load(self.best_path, map_location="cpu", weights_only=True)
+        candidates = [best for best in (saved_best, on_disk) if best is not None]
+        if not candidates:
+            return
+        self.best = max(candidates, key=lambda best: float(best["eval_return"]))
+        if self.best is not on_disk:
+            save_checkpoint(self.best_path, self.best)
 
     def run_if_due(self, frames: int) -> float:
         """The mean greedy return when an evaluation is due at `frames`, NaN otherwise."""
         if self.every <= 0 or self.episodes <= 0 or frames < self.next_at:
             return float("nan")
         self.next_at = frames + self.every
-        mean = evaluate(self.env_factory, self.policy, self.episodes)
+        mean = evaluate(self.env_factory, self.policy, self.episodes, self.seed)
         if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
-            self.best_return = mean
-            state = {"policy": self.learner_policy.state_dict(), "frames": frames}
-            save_checkpoint(self.best_path, {**state, "eval_return": mean})
+            weights = {
+                name: value.clone() for name, value in self.learner_policy.state_dict().items()
+            }
+            self.best = {"policy": weights, "frames": frames, "eval_return": mean}
+            save_checkpoint(self.best_path, self.best)
         return mean
 
     def report_best(self) -> None:
@@ -352,7 +404,7 @@ class PeriodicEvaluation:
         best = copy.deepcopy(self.learner_policy)
         best.load_state_dict(saved["policy"])
         module = TensorDictModule(best, in_keys=self.policy.in_keys, out_keys=[keys.ACTION])
-        mean = evaluate(self.env_factory, module, self.episodes)
+        mean = evaluate(self.env_factory, module, self.episodes, self.fresh_seed)
         print(
             f"best policy ({saved['eval_return']:.1f} at {saved['frames']} frames, "
             f"{self.best_path}): mean return {mean:.1f} over {self.episodes} new episodes"

@@ -17,9 +17,17 @@ from typing import Any
 import hydra
 import torch
 from common.checkpoint import load_checkpoint
-from common.config import ConfigError, build, build_partial, resume_path, run_or_exit, validate
+from common.config import (
+    ConfigError,
+    build,
+    build_partial,
+    refuse_collector_option,
+    resume_path,
+    run_or_exit,
+    validate,
+)
 from common.env_info import probe_env
-from common.evaluation import report_run
+from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
 from hydra.core.hydra_config import HydraConfig
@@ -64,7 +72,21 @@ def check_config(cfg: DictConfig) -> None:
         cfg,
         targets=["env.make", "collector", "actor", "critic", "optim", "gae"],
         positive_ints=["ppo.epochs", "ppo.num_minibatches", "torch_threads"],
+        nonnegative_ints=["eval_episodes"],
         fractions=["gae.gamma", "gae.lmbda"],
+        positive_numbers=["ppo.clip_epsilon", "ppo.max_grad_norm"],
+    )
+    refuse_collector_option(
+        cfg,
+        "collector.split_trajs",
+        "PPO computes GAE and its loss on [envs, time] batches; padded split trajectories would "
+        "enter both. Leave collector.split_trajs=false.",
+    )
+    refuse_collector_option(
+        cfg,
+        "collector.init_random_frames",
+        "PPO's loss needs the log-probability of each action under the policy that chose it; "
+        "random actions have none. Leave collector.init_random_frames unset.",
     )
     minibatch = cfg.collector.frames_per_batch // cfg.ppo.num_minibatches
     if minibatch < 1:
@@ -153,7 +175,8 @@ def train(cfg: DictConfig) -> None:
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     collector.shutdown()
-    report_run(recorder, env_factory, policy, cfg.eval_episodes)
+    eval_seed = cfg.seed + EVAL_SEED_OFFSET
+    report_run(recorder, env_factory, policy, cfg.eval_episodes, seed=eval_seed)
 
 
 @hydra.main(config_path="conf", config_name="ppo", version_base=None)

@@ -46,6 +46,34 @@ def require_positive_int(cfg: DictConfig, key: str, *, allow_endless: bool = Fal
         raise ConfigError(f"{key}={value!r}: expected a positive int{hint}, e.g. {key}=1000.")
 
 
+def require_nonnegative_int(cfg: DictConfig, key: str) -> None:
+    """Check that `key` holds an int >= 0 (a seed, or a period where 0 means never)."""
+    value = value_at(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key}={value!r}: expected an int >= 0, e.g. {key}=0.")
+
+
+def require_bool(cfg: DictConfig, key: str) -> None:
+    """Check that `key` holds true or false."""
+    value = value_at(cfg, key)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: expected true or false.")
+
+
+def require_positive_number(cfg: DictConfig, key: str) -> None:
+    """Check that `key` holds a number > 0."""
+    value = value_at(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{key}={value!r}: expected a number > 0.")
+
+
+def refuse_collector_option(cfg: DictConfig, key: str, why: str) -> None:
+    """Refuse a collector option the script's training cannot use, when it is set."""
+    value = OmegaConf.select(cfg, key, default=None)
+    if value not in (None, False, 0, -1):
+        raise ConfigError(f"{key}={value!r}: {why}")
+
+
 def require_fraction(cfg: DictConfig, key: str) -> None:
     """Check that `key` holds a number in [0, 1]."""
     value = value_at(cfg, key)
@@ -89,13 +117,16 @@ def validate(
     *,
     targets: Iterable[str],
     positive_ints: Iterable[str] = (),
+    nonnegative_ints: Iterable[str] = (),
     fractions: Iterable[str] = (),
+    positive_numbers: Iterable[str] = (),
 ) -> None:
     """Run the common checks of an example's config before any work starts.
 
     Every value is resolved first (a broken interpolation names its key), then the nodes in
     `targets` must have a `_target_`, `env.id` must be registered, the keys in `positive_ints`
-    must be positive ints and `collector.total_frames` positive or -1.
+    must be positive ints and `collector.total_frames` positive or -1; `seed` and
+    `checkpoint_every` are ints >= 0 and `progress` a bool, in every script.
 
     Raises:
         ConfigError: the first problem found, naming its config key.
@@ -112,8 +143,13 @@ def validate(
     require_positive_int(cfg, "collector.total_frames", allow_endless=True)
     for key in positive_ints:
         require_positive_int(cfg, key)
+    for key in ["seed", "checkpoint_every", *nonnegative_ints]:
+        require_nonnegative_int(cfg, key)
+    require_bool(cfg, "progress")
     for key in fractions:
         require_fraction(cfg, key)
+    for key in positive_numbers:
+        require_positive_number(cfg, key)
     resume_path(cfg)
 
 

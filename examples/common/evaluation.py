@@ -10,35 +10,49 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect import keys
 
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from states training never sees
+
 
 @torch.no_grad()
 def evaluate(
-    env_factory: Callable[[], Any], policy: Any, episodes: int, max_steps: int = 100_000
+    env_factory: Callable[[], Any],
+    policy: Any,
+    episodes: int,
+    seed: int | None = None,
+    max_steps: int = 100_000,
 ) -> float:
     """Run `policy` greedily (interaction type DETERMINISTIC) in a fresh env from
     `env_factory` until `episodes` episodes finish, and return their mean return.
 
-    A batched env runs its sub-envs together; the first `episodes` episodes to finish count.
-    Stops after `max_steps` batched steps (NaN if no episode finished).
+    A batched env's sub-envs each contribute their share (sub-env i its first
+    `(episodes + i) // n` episodes, as SB3's `evaluate_policy`), so the short episodes that
+    end first do not crowd out the long ones. With `seed`, the env is seeded first: the same
+    policy then scores the same. Stops after `max_steps` batched steps (NaN if none finished).
     """
     env = env_factory()
     returns: list[float] = []
     try:
+        if seed is not None:
+            env.set_seed(seed)
         root = env.reset()
-        running = torch.zeros(max(1, int(torch.Size(env.batch_size).numel())), dtype=torch.float64)
+        n = max(1, int(torch.Size(env.batch_size).numel()))
+        quota = torch.tensor([(episodes + i) // n for i in range(n)])
+        counted = torch.zeros(n, dtype=torch.long)
+        running = torch.zeros(n, dtype=torch.float64)
         with set_interaction_type(InteractionType.DETERMINISTIC):
             for _ in range(max_steps):
                 step, root = env.step_and_maybe_reset(policy(root))
                 running += step.get((keys.NEXT, keys.REWARD)).reshape(-1).double()
                 done = step.get((keys.NEXT, keys.DONE)).reshape(-1)
-                returns.extend(running[done].tolist())
+                wanted = done & (counted < quota)
+                returns.extend(running[wanted].tolist())
+                counted += wanted.long()
                 running[done] = 0.0
-                if len(returns) >= episodes:
+                if bool((counted >= quota).all()):
                     break
     finally:
         env.close()
-    finished = returns[:episodes]
-    return sum(finished) / len(finished) if finished else float("nan")
+    return sum(returns) / len(returns) if returns else float("nan")
 
 
 def report_run(
@@ -47,9 +61,11 @@ def report_run(
     policy: Any,
     episodes: int,
     columns: Sequence[str] = (),
+    seed: int | None = None,
 ) -> None:
     """Print a run's summary (its last metrics row, with `columns` of the script's own) and,
-    when `episodes` > 0, the greedy evaluation of `policy` over that many episodes."""
+    when `episodes` > 0, the greedy evaluation of `policy` over that many episodes (seeded
+    with `seed`)."""
     row = recorder.last_row
     fields = [
         f"frames={row.get('frames')}",
@@ -60,5 +76,5 @@ def report_run(
     ]
     print(" ".join(fields))
     if episodes > 0:
-        greedy = evaluate(env_factory, policy, episodes)
+        greedy = evaluate(env_factory, policy, episodes, seed)
         print(f"greedy evaluation: mean return {greedy:.1f} over {episodes} episodes")

@@ -18,7 +18,9 @@ class MetricsLog:
     """Appends one row per logging step to a CSV file, flushed at once.
 
     A file that already exists (a resumed run writing to the same run dir) is appended to with
-    its own header; otherwise a new file is started with `BASE_COLUMNS` and `extra_columns`.
+    its own header, after dropping its rows past `keep_through_frames` (those the interrupted
+    run logged after the checkpoint it resumes from, and will log again); otherwise a new file
+    is started with `BASE_COLUMNS` and `extra_columns`.
 
     Examples:
         >>> import tempfile
@@ -30,12 +32,27 @@ class MetricsLog:
         0.25
     """
 
-    def __init__(self, path: Path, extra_columns: Sequence[str] = (), *, append: bool = False):
+    def __init__(
+        self,
+        path: Path,
+        extra_columns: Sequence[str] = (),
+        *,
+        append: bool = False,
+        keep_through_frames: int | None = None,
+    ):
         self.path = Path(path)
         columns = [*BASE_COLUMNS, *(c for c in extra_columns if c not in BASE_COLUMNS)]
         if append and self.path.is_file() and self.path.stat().st_size:
             with self.path.open(newline="") as existing:
-                columns = next(csv.reader(existing))
+                reader = csv.reader(existing)
+                columns = next(reader)
+                rows = list(reader)
+            if keep_through_frames is not None and FRAMES in columns:
+                index = columns.index(FRAMES)
+                kept = [row for row in rows if float(row[index]) <= keep_through_frames]
+                if len(kept) != len(rows):
+                    with self.path.open("w", newline="") as rewritten:
+                        csv.writer(rewritten).writerows([columns, *kept])
             self._file = self.path.open("a", newline="")
             self._writer = csv.DictWriter(self._file, columns, extrasaction="ignore")
         else:

@@ -57,7 +57,12 @@ class RunRecorder:
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.metrics = MetricsLog(self.run_dir / METRICS_NAME, extra_columns, append=resumed)
+        self.metrics = MetricsLog(
+            self.run_dir / METRICS_NAME,
+            extra_columns,
+            append=resumed,
+            keep_through_frames=start_frames if resumed else None,
+        )
         self.checkpoint_path = self.run_dir / CHECKPOINT_NAME
         self.checkpoint_every = checkpoint_every
         self.title = title

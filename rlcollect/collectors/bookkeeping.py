@@ -98,6 +98,22 @@ class EpisodeTracker:
             self.recent_returns.extend(self.last_returns.tolist())
             self.episodes += int(episode_returns.numel())
 
+    def state_dict(self) -> dict[str, object]:
+        """The finished-episode statistics (unfinished episodes end with the env anyway)."""
+        return {
+            "episodes": self.episodes,
+            "last_returns": self.last_returns.tolist(),
+            "recent_returns": list(self.recent_returns),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore what `state_dict()` returned."""
+        self.episodes = int(state["episodes"])  # type: ignore[call-overload]
+        self.last_returns = torch.tensor(state["last_returns"], dtype=torch.float32)
+        self.recent_returns.clear()
+        self.recent_returns.extend(state["recent_returns"])  # type: ignore[arg-type]
+        self.running = None
+
     @property
     def mean_return(self) -> float:
         """Mean return of the episodes finished in the most recent batch that finished any."""

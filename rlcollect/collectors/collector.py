@@ -417,13 +417,15 @@ class Collector:
                 self.policy.update(weights)
 
     def state_dict(self) -> dict[str, Any]:
-        """Frames, iterations, the trajectory counter, policy weights and env state."""
+        """Frames, iterations, the trajectory counter, policy weights, env state and the
+        finished-episode statistics of `stats()`."""
         state: dict[str, Any] = {
             "frames": self.frames,
             "iterations": self.iterations,
             "next_traj_id": self._trajectories.next_id,
             "policy_version": self.policy.version,
             "policy_state_dict": self.policy.state_dict(),
+            "episode_stats": self._episodes.state_dict(),
         }
         if hasattr(self.env, "state_dict"):
             state["env_state_dict"] = self.env.state_dict()
@@ -438,6 +440,8 @@ class Collector:
         self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
         if "env_state_dict" in state and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env_state_dict"])
+        if "episode_stats" in state:  # absent from checkpoints of earlier versions
+            self._episodes.load_state_dict(state["episode_stats"])
         self._needs_reset = True
 
     def set_seed(self, seed: int) -> int:

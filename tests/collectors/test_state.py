@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 
@@ -136,3 +138,27 @@ def test_episode_returns_restart_with_the_env() -> None:
     stats = collector.stats()
     assert stats["episodes"] == 3
     assert stats["mean_episode_return"] == 4.0, "an unfinished episode's reward leaked on"
+
+
+def test_state_dict_carries_the_episode_statistics() -> None:
+    def collector() -> Collector:
+        return Collector(CountingEnv(episode_length=3), None, frames_per_batch=10)
+
+    first = collector()
+    first.next()
+    resumed = collector()
+    resumed.load_state_dict(torch.load(_saved(first.state_dict()), weights_only=True))
+    before = first.stats()
+    after = resumed.stats()
+    for name in ("episodes", "mean_episode_return", "mean_return_last_100"):
+        assert after[name] == before[name], name
+    resumed.next()
+    assert resumed.stats()["episodes"] == before["episodes"] + 3
+
+
+def _saved(state: dict) -> object:
+    """`state` through torch.save, as an example checkpoint stores it (weights_only load)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return buffer

@@ -8,9 +8,11 @@ from types import ModuleType
 
 import pytest
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
 
 from rlcollect.envs import GymEnv, SerialEnv
+from rlcollect.testing import CountingEnv
 
 
 @pytest.fixture
@@ -204,3 +206,47 @@ def test_linear_learning_rate_follows_progress_and_stops_at_its_end(scripts: dic
     assert schedule.set(0.25) == pytest.approx(1.5)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1.5)
     assert schedule.set(3.0) == 0.0, "progress beyond 1 keeps the end value"
+
+
+def test_evaluate_takes_each_sub_envs_share_of_the_episodes(common: ModuleType) -> None:
+    """Sub-env 0's episodes last 2 steps, sub-env 1's 6: counting the first 4 to finish would
+    take three short ones; each sub-env's share gives the true mean (2 + 2 + 6 + 6) / 4."""
+
+    def make_env() -> CountingEnv:
+        return CountingEnv(episode_length=[2, 6], batch_size=(2,))
+
+    def still(td: TensorDictBase) -> TensorDictBase:
+        return td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+
+    assert common.evaluation.evaluate(make_env, still, episodes=4) == 4.0
+    # shares of 3 over 2 sub-envs: 1 and 2 episodes
+    assert common.evaluation.evaluate(make_env, still, episodes=3) == (2 + 6 + 6) / 3
+
+
+def test_seeded_evaluation_is_reproducible(common: ModuleType) -> None:
+    def make_env() -> GymEnv:
+        return GymEnv("CartPole-v1", categorical_action_encoding=True)
+
+    info = common.env_info.EnvInfo.from_env(make_env())
+    torch.manual_seed(0)
+    policy = TensorDictModule(
+        common.models.Actor(info), in_keys=["observation"], out_keys=["action", "log_prob"]
+    )
+    scores = {common.evaluation.evaluate(make_env, policy, episodes=3, seed=5) for _ in range(3)}
+    assert len(scores) == 1
+
+
+def test_resumed_metrics_drop_the_rows_logged_after_the_checkpoint(
+    common: ModuleType, tmp_path: Path
+) -> None:
+    path = tmp_path / "metrics.csv"
+    log = common.metrics.MetricsLog(path)
+    for frames in (100, 200, 300, 400):  # interrupted at 400; its checkpoint was at 200
+        log.write({"frames": frames, "mean_episode_return": float(frames)})
+    log.close()
+    resumed = common.metrics.MetricsLog(path, append=True, keep_through_frames=200)
+    resumed.write({"frames": 300, "mean_episode_return": 3.0})
+    resumed.close()
+    rows = common.metrics.read_metrics(path)
+    assert [row["frames"] for row in rows] == [100, 200, 300]
+    assert rows[-1]["mean_episode_return"] == 3.0

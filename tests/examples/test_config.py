@@ -29,6 +29,14 @@ def config(name: str, *overrides: str) -> DictConfig:
         (["ppo.num_minibatches=4096"], r"^ppo.num_minibatches=4096 is larger than"),
         (["resume=/no/such/checkpoint.pt"], r"^resume='/no/such/checkpoint.pt': no checkpoint"),
         (["actor.hidden_sizes=${nowhere}"], r"^actor.hidden_sizes: "),
+        (["seed=-1"], r"^seed=-1: expected an int >= 0"),
+        (["seed=abc"], r"^seed='abc': expected an int >= 0"),
+        (["checkpoint_every=abc"], r"^checkpoint_every='abc': expected an int >= 0"),
+        (["eval_episodes=abc"], r"^eval_episodes='abc': expected an int >= 0"),
+        (["progress=abc"], r"^progress='abc': expected true or false"),
+        (["ppo.clip_epsilon=abc"], r"^ppo.clip_epsilon='abc': expected a number > 0"),
+        (["collector.split_trajs=true"], r"^collector.split_trajs=True: PPO computes GAE"),
+        (["collector.init_random_frames=256"], r"^collector.init_random_frames=256: PPO's loss"),
     ],
 )
 def test_ppo_config_errors_name_the_key(
@@ -63,6 +71,14 @@ def test_dqn_config_errors_name_the_key(scripts: dict[str, ModuleType]) -> None:
         dqn.check_config(config("dqn", "collector.total_frames=-1"))
     with pytest.raises(dqn.ConfigError, match=r"^replay_buffer: expected a config node"):
         dqn.check_config(config("dqn", "~replay_buffer._target_"))
+    with pytest.raises(dqn.ConfigError, match=r"^dqn.learning_starts=1024 is more than the buf"):
+        dqn.check_config(
+            config("dqn", "replay_buffer.storage.max_size=512", "dqn.learning_starts=1024")
+        )
+    with pytest.raises(dqn.ConfigError, match=r"^collector.split_trajs=True: the replay buffer"):
+        dqn.check_config(config("dqn", "collector.split_trajs=true"))
+    with pytest.raises(dqn.ConfigError, match=r"^eval_every=-5: expected an int >= 0"):
+        dqn.check_config(config("dqn", "eval_every=-5"))
 
 
 def test_build_failures_name_the_key_and_target(scripts: dict[str, ModuleType]) -> None:

@@ -67,3 +67,16 @@ def test_dqn_trains_in_the_background_then_resumes(tmp_path: Path) -> None:
     assert frames[-1] == 3072
     assert checkpoint_frames(tmp_path) == 3072
     assert int(rows[-1]["updates"]) > updates, "the update count goes on"
+    best_so_far = torch.load(tmp_path / "best_policy.pt", weights_only=True)["eval_return"]
+
+    elsewhere = tmp_path / "elsewhere"  # resuming into a new run dir keeps the best policy
+    moved = run_script(
+        "dqn",
+        elsewhere,
+        *TINY,
+        "collector.total_frames=4096",
+        f"resume={tmp_path / 'checkpoint.pt'}",
+    )
+    check_succeeded(moved)
+    best = torch.load(elsewhere / "best_policy.pt", weights_only=True)
+    assert best["eval_return"] >= best_so_far
