@@ -68,7 +68,7 @@ def report_run(
     with `seed`)."""
     row = recorder.last_row
     fields = [
-        f"frames={row.get('frames')}",
+        f"frames={row.get('frames', recorder.frames)}",
         f"wall_time_s={recorder.elapsed:.1f}",
         f"mean_episode_return={row.get('mean_episode_return', float('nan')):.1f}",
         *(f"{column}={row.get(column)}" for column in columns),

@@ -86,6 +86,11 @@ class RunRecorder:
         return (frames // self.checkpoint_every + 1) * self.checkpoint_every
 
     @property
+    def frames(self) -> int:
+        """The frames of the run so far (those of the runs it resumes included)."""
+        return self._bar_frames
+
+    @property
     def elapsed(self) -> float:
         """Wall-clock seconds of the run, those of the runs it resumes included."""
         return time.perf_counter() - self._clock_start

@@ -250,3 +250,13 @@ def test_resumed_metrics_drop_the_rows_logged_after_the_checkpoint(
     rows = common.metrics.read_metrics(path)
     assert [row["frames"] for row in rows] == [100, 200, 300]
     assert rows[-1]["mean_episode_return"] == 3.0
+
+
+def test_report_of_a_run_that_logged_nothing_names_its_frames(
+    common: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Resuming a finished run logs no row: the report still gives the run's frames."""
+    recorder = common.recorder.RunRecorder(tmp_path, 1000, 1000, progress=False)
+    recorder.close()
+    common.evaluation.report_run(recorder, None, None, episodes=0)
+    assert "frames=1000 " in capsys.readouterr().out
