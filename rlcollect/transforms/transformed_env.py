@@ -136,12 +136,20 @@ class TransformedEnv(EnvBase):
         ]
         try:
             self.transform.load_state_dict(state_dict)
-            self.refresh_specs()
+            self._refresh_specs_keeping_carrier()
         except (RuntimeError, ValueError):
             for module, buffers in saved:
                 module._buffers.update(buffers)
-            self.refresh_specs()
+            self._refresh_specs_keeping_carrier()
             raise
+
+    def _refresh_specs_keeping_carrier(self) -> None:
+        """`refresh_specs()`, then bind the carrier again: loaded statistics change bounds,
+        never the shapes a collector allocated (those that would are refused above)."""
+        carrier = self._carrier
+        self.refresh_specs()
+        if carrier is not None:
+            self.bind(carrier)
 
     def close(self) -> None:
         if not self.is_closed:

@@ -162,3 +162,14 @@ def _saved(state: dict) -> object:
     torch.save(state, buffer)
     buffer.seek(0)
     return buffer
+
+
+@pytest.mark.parametrize("max_frames_per_traj", [None, 5])
+def test_load_state_dict_between_batches_keeps_collecting(max_frames_per_traj: int | None) -> None:
+    """Loading transform statistics refreshes the env's specs; the env stays bound to the
+    collector's buffer, also under the collector's step limit."""
+    env = TransformedEnv(GymEnv("Pendulum-v1"), ObservationNorm(loc=1.0, scale=2.0))
+    collector = Collector(env, None, frames_per_batch=10, max_frames_per_traj=max_frames_per_traj)
+    collector.next()
+    collector.load_state_dict(collector.state_dict())
+    assert collector.next()["observation"].shape == (10, 3)
