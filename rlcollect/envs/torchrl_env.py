@@ -49,12 +49,28 @@ class TorchRLEnv(EnvBase):
     def fake_tensordict(self) -> TensorDictBase:
         return self.env.fake_tensordict()
 
+    def _bind(self, carrier: TensorDictBase) -> None:
+        # The `"next"` entries handed to TorchRL as its preset: what a policy writes there (a
+        # recurrent state, TorchRL envs' "state" keys included), never what the env itself
+        # outputs. The carrier still holds an earlier step's outputs, and TorchRL transforms
+        # read a preset they find (StepCounter ORs a preset "truncated" into its own).
+        env = self.env
+        state = _tuple_keys(env.full_state_spec)
+        produced = {
+            *_tuple_keys(env.full_observation_spec),
+            *_tuple_keys(env.full_done_spec),
+            *_tuple_keys(env.full_reward_spec),
+        } - state
+        next_keys = _tuple_keys(carrier.get(keys.NEXT))
+        self._preset_keys = [key for key in next_keys if key not in produced]
+
     def step_into(self, t: int) -> None:
         """Step with the root at `t`, and with what the policy already wrote under `"next"`
         (a recurrent state): TorchRL envs keep those entries, as in TorchRL's own collector."""
         views = self._carrier_views()
         request = views.root(t).exclude(keys.NEXT).clone()
-        request.set(keys.NEXT, views.next(t).clone())
+        if self._preset_keys:
+            request.set(keys.NEXT, views.next(t).select(*self._preset_keys).clone())
         views.write_next(t, self.env.step(request).get(keys.NEXT))
 
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
@@ -82,3 +98,9 @@ class TorchRLEnv(EnvBase):
 def as_device(value: Any) -> torch.device:
     """`torch.device(value)`, with None meaning the CPU."""
     return torch.device(value) if value is not None else torch.device("cpu")
+
+
+def _tuple_keys(container: Any) -> set[tuple[str, ...]]:
+    """The leaf keys of a spec or TensorDict, as tuples."""
+    found = container.keys(include_nested=True, leaves_only=True)
+    return {key if isinstance(key, tuple) else (key,) for key in found}

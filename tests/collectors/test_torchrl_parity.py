@@ -134,3 +134,40 @@ def test_serial_env_of_torchrl_envs_matches_torchrl() -> None:
     assert ours[0]["next", "reward"].shape == (2, 200, 1)
     assert ours[0]["next", "done"].any()
     assert_same_batches(ours, theirs)
+
+
+def counted_torchrl_pendulum() -> object:
+    """TorchRL's own Pendulum (no "truncated" of its own) under TorchRL's StepCounter."""
+    env = torchrl_envs.TransformedEnv(
+        torchrl_envs.PendulumEnv(), torchrl_envs.StepCounter(max_steps=5)
+    )
+    env.set_seed(0)
+    return env
+
+
+@pytest.mark.slow
+def test_torchrl_env_flags_do_not_leak_from_earlier_steps() -> None:
+    """Our buffer still holds an earlier step's flags at every slot; a TorchRL env must never
+    see them (its StepCounter would OR a stale "truncated" into its own)."""
+    torch.manual_seed(0)
+    ours = list(Collector(counted_torchrl_pendulum(), None, frames_per_batch=7, total_frames=21))
+    torch.manual_seed(0)
+    theirs = list(
+        torchrl_collectors.Collector(
+            counted_torchrl_pendulum(), None, frames_per_batch=7, total_frames=21
+        )
+    )
+    for mine, reference in zip(ours, theirs, strict=True):
+        for key in [("next", "step_count"), ("next", "truncated"), ("next", "done")]:
+            assert torch.equal(mine[key], reference[key]), key
+
+
+@pytest.mark.slow
+def test_torchrl_envs_in_our_serial_env_truncate_only_at_the_limit() -> None:
+    from rlcollect.envs import SerialEnv
+
+    env = SerialEnv(2, counted_torchrl_pendulum)
+    rollout = env.rollout(12, break_when_any_done=False)
+    assert rollout["next", "step_count"][0].flatten().tolist() == [1, 2, 3, 4, 5] * 2 + [1, 2]
+    assert rollout["next", "truncated"][0].flatten().nonzero().flatten().tolist() == [4, 9]
+    env.close()
