@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import traceback
@@ -60,6 +61,16 @@ class BackgroundLoop:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
         self._thread.start()
+        # Registered after the env's own exit hooks, so it runs before them: the thread stops
+        # before the env (e.g. a ParallelEnv's workers) is closed under it.
+        atexit.register(self._stop_at_exit)
+
+    def _stop_at_exit(self, timeout: float = 10.0) -> None:
+        """Stop the thread at interpreter exit when nobody shut it down (errors are logged)."""
+        self._stop.set()
+        self._resume.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def _loop(self) -> None:
         try:
@@ -98,6 +109,7 @@ class BackgroundLoop:
 
         Safe inside `pause()`: the thread then ends without running another batch.
         """
+        atexit.unregister(self._stop_at_exit)
         self._stop.set()
         self._resume.set()
         if self._thread is not None:

@@ -77,7 +77,7 @@ def run_worker(index: int, connection: Connection, factory_bytes: bytes) -> None
     try:
         env = pickle.loads(factory_bytes)()
         description = pickle.dumps(describe(env))
-    except Exception as err:
+    except BaseException as err:  # sys.exit() in a factory is reported like any error
         connection.send_bytes(error_reply(err, "creating the sub-env"))
         return
     connection.send_bytes(OK + description)
@@ -122,7 +122,7 @@ def serve(env: EnvBase, connection: Connection) -> None:
                 reply = OK
             else:
                 reply = OK + run_control(env, command, argument, message[HEADER.size :])
-        except Exception as err:
+        except BaseException as err:  # SystemExit / KeyboardInterrupt from a sub-env too
             reply = error_reply(err, describe_command(message))
         connection.send_bytes(reply)
 

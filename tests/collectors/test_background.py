@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -269,3 +272,34 @@ def test_start_raises_the_unreported_error_of_the_previous_run() -> None:
     with pytest.raises(RuntimeError, match="disk full"):
         collector.start()
     collector.shutdown()
+
+
+LEFT_RUNNING = """
+import time
+from rlcollect import Collector
+from rlcollect.envs import ParallelEnv
+from rlcollect.replay import LazyTensorStorage, ReplayBuffer
+
+if __name__ == "__main__":
+    buffer = ReplayBuffer(storage=LazyTensorStorage(10_000))
+    collector = Collector(
+        ParallelEnv(2, "CartPole-v1"), None, frames_per_batch=100, replay_buffer=buffer
+    )
+    collector.start()
+    while buffer.write_count < 200:
+        time.sleep(0.01)
+    print("exiting without shutdown", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_collector_left_running_stops_quietly_at_exit(tmp_path: Path) -> None:
+    """The thread is stopped before the env's workers close: no false failure is logged."""
+    script = tmp_path / "left_running.py"
+    script.write_text(LEFT_RUNNING)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr
+    assert "exiting without shutdown" in done.stdout
+    assert "background collection failed" not in done.stderr, done.stderr

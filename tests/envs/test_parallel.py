@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ class FailingCartPole(gym.Wrapper):
         if self.steps == 3:
             if self.how == "raise":
                 raise RuntimeError("the pole broke at step 3")
+            if self.how == "sys.exit":
+                sys.exit("the pole left at step 3")
             os._exit(3)
         return super().step(action)
 
@@ -188,6 +191,17 @@ def test_exception_in_step_through_the_tensordict_face() -> None:
     assert_processes_gone(pids)
     with pytest.raises(MisuseError, match="closed"):
         env.reset()
+
+
+def test_sys_exit_in_a_sub_env_is_reported_with_its_traceback() -> None:
+    env = ParallelEnv(2, ["CartPole-v1", functools.partial(FailingCartPole, "sys.exit")])
+    pids = env.worker_pids
+    env.set_seed(0)
+    with pytest.raises(WorkerError, match="SystemExit: the pole left at step 3") as caught:
+        env.rollout(10, break_when_any_done=False)
+    assert 'sys.exit("the pole left at step 3")' in caught.value.remote_traceback
+    assert env.is_closed
+    assert_processes_gone(pids)
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
