@@ -99,7 +99,6 @@ class ParallelEnv(EnvBase):
         for name in ("observation_spec", "action_spec", "reward_spec", "done_spec"):
             setattr(self, name, batch_spec(description[name], num_workers))
         self._sub_batch = description["batch_size"]
-        self._seeds_per_worker = self._sub_batch.numel()
         self._handles = tuple(self._workers)
 
     def _await_descriptions(self, timeout: float) -> dict[str, Any]:
@@ -185,10 +184,12 @@ class ParallelEnv(EnvBase):
     # --- protocol -----------------------------------------------------------------------------
 
     def _set_seed(self, seed: int) -> int:
-        step = self._seeds_per_worker
-        messages = [encode(Command.SEED, seed + index * step) for index in range(self.num_workers)]
-        replies = self._exchange(self._handles, messages)
-        return SEED_REPLY.unpack(replies[-1])[0]
+        # Chained as SerialEnv does: worker i + 1 gets the seed worker i returns. For our envs
+        # that is `seed + i * sub-envs per worker`; TorchRL envs return seeds of their own.
+        for handle in self._handles:
+            (reply,) = self._exchange((handle,), [encode(Command.SEED, seed)])
+            seed = SEED_REPLY.unpack(reply)[0]
+        return seed
 
     def close(self) -> None:
         self._finalizer()

@@ -171,3 +171,25 @@ def test_torchrl_envs_in_our_serial_env_truncate_only_at_the_limit() -> None:
     assert rollout["next", "step_count"][0].flatten().tolist() == [1, 2, 3, 4, 5] * 2 + [1, 2]
     assert rollout["next", "truncated"][0].flatten().nonzero().flatten().tolist() == [4, 9]
     env.close()
+
+
+def torchrl_cartpole() -> object:
+    return torchrl_envs.GymEnv("CartPole-v1")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_torchrl_envs_in_our_parallel_env_match_our_serial_env() -> None:
+    """Same seeds (chained through the TorchRL envs' own seeding), same batches."""
+    from rlcollect.envs import ParallelEnv, SerialEnv
+
+    batches = []
+    for env_class in (SerialEnv, ParallelEnv):
+        env = env_class(2, torchrl_cartpole)
+        env.set_seed(3)
+        collector = Collector(env, greedy_module(), frames_per_batch=200, total_frames=200)
+        batches.append(collector.next())
+        collector.shutdown()
+    assert batches[0]["next", "done"].any()
+    assert_same_batches(batches[:1], batches[1:])
