@@ -65,8 +65,9 @@ class BackgroundLoop:
         # before the env (e.g. a ParallelEnv's workers) is closed under it.
         atexit.register(self._stop_at_exit)
 
-    def _stop_at_exit(self, timeout: float = 10.0) -> None:
-        """Stop the thread at interpreter exit when nobody shut it down (errors are logged)."""
+    def _stop_at_exit(self, timeout: float | None = 10.0) -> None:
+        """Stop the thread and wait up to `timeout` seconds; registered for interpreter exit,
+        when nobody shut it down (its errors are logged, not raised)."""
         self._stop.set()
         self._resume.set()
         if self._thread is not None:
@@ -110,10 +111,7 @@ class BackgroundLoop:
         Safe inside `pause()`: the thread then ends without running another batch.
         """
         atexit.unregister(self._stop_at_exit)
-        self._stop.set()
-        self._resume.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._stop_at_exit(timeout)
         self.raise_error()
 
     def raise_error(self) -> None:

@@ -12,9 +12,14 @@ from tensordict import TensorDictBase
 Process = Callable[[TensorDictBase], TensorDictBase]
 
 
+def _is_int(value: Any) -> bool:
+    """Whether `value` is an integer (NumPy and other integral types too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _check_int(name: str, value: Any) -> int:
-    """`value` as an int (NumPy and other integral types accepted), or a TypeError naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    """`value` as an int, or a TypeError naming it."""
+    if not _is_int(value):
         raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__}).")
     return int(value)
 
@@ -40,7 +45,7 @@ def optional_frames(name: str, value: Any) -> int | None:
     """An optional frame count: None or a negative int (TorchRL's -1) means "not set"."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not _is_int(value):
         raise TypeError(
             f"{name} must be an int, or None (or -1) to leave it unset; got {value!r} "
             f"({type(value).__name__})."

@@ -24,7 +24,7 @@ A subclass implements ONE face; the other is derived from it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -221,7 +221,10 @@ class EnvBase:
         mask = None
         if tensordict is not None:
             # The sub-envs that do not reset keep their observations and flags.
-            self._load_root(scratch, tensordict, (*self.observation_keys, *self.done_keys))
+            root_keys = (*self.observation_keys, *self.done_keys)
+            present = [key for key in root_keys if key in tensordict.keys(True)]
+            if present:
+                scratch[..., 0].update_(tensordict.select(*present))
             if keys.RESET in tensordict:
                 mask = tensordict.get(keys.RESET).reshape(self.batch_size)
         self.bind(scratch)
@@ -248,17 +251,6 @@ class EnvBase:
         # It is the env's own root, so keys an outer transform rewrote cannot leak in.
         scratch[..., 0].update_(next_td.select(*self.observation_keys, *self.done_keys))
         return result
-
-    @staticmethod
-    def _load_root(
-        scratch: TensorDictBase,
-        tensordict: TensorDictBase,
-        root_keys: Sequence[str | tuple[str, ...]],
-    ) -> None:
-        """Copy the `root_keys` that `tensordict` has into the scratch carrier's root."""
-        present = [key for key in root_keys if key in tensordict.keys(True)]
-        if present:
-            scratch[..., 0].update_(tensordict.select(*present))
 
     def _scratch_carrier(self) -> TensorDictBase:
         if self._scratch is None:

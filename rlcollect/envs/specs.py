@@ -356,11 +356,7 @@ class Composite(TensorSpec):
 
     def leaves(self) -> list[tuple[tuple[str, ...], TensorSpec]]:
         """Every leaf spec with its full key as a tuple."""
-        result = []
-        for key in self.keys(include_nested=True, leaves_only=True):
-            full = key if isinstance(key, tuple) else (key,)
-            result.append((full, self[full]))
-        return result
+        return spec_leaves(self)
 
     def rand(self, shape: ShapeLike = ()) -> TensorDict:
         return self._build(lambda spec: spec.rand(shape), shape)
@@ -404,8 +400,6 @@ class Composite(TensorSpec):
 def spec_leaves(spec: Any) -> list[tuple[tuple[str, ...], Any]]:
     """Every leaf of a composite spec with its full key as a tuple: ours, or any spec with
     TensorDict-style `keys(include_nested=True, leaves_only=True)` such as TorchRL's."""
-    if isinstance(spec, Composite):
-        return spec.leaves()
     result = []
     for key in spec.keys(include_nested=True, leaves_only=True):
         full = key if isinstance(key, tuple) else (key,)
