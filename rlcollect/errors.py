@@ -12,15 +12,29 @@ class MisuseError(RLCollectError, RuntimeError):
 
 
 class WorkerError(RLCollectError, RuntimeError):
-    """A worker process failed; the message carries the worker's own traceback."""
+    """A worker process failed; the message carries the worker's own traceback.
 
-    def __init__(self, worker: int, message: str, remote_traceback: str = "") -> None:
-        self.worker = worker
+    `path` names the failing worker from this process down: `(1,)` for worker 1, `(1, 0)` for
+    worker 0 of worker 1 (a worker that runs workers of its own); `worker` is its first index.
+    """
+
+    def __init__(
+        self, worker: int | tuple[int, ...], reason: str, remote_traceback: str = ""
+    ) -> None:
+        self.path = (worker,) if isinstance(worker, int) else tuple(worker)
+        self.worker = self.path[0]
+        self.reason = reason
         self.remote_traceback = remote_traceback
-        text = f"worker {worker} failed: {message}"
+        name = describe_worker_path(self.path)
+        text = f"{name} failed: {reason}"
         if remote_traceback:
-            text += f"\n--- traceback in worker {worker} ---\n{remote_traceback}"
+            text += f"\n--- traceback in {name} ---\n{remote_traceback}"
         super().__init__(text)
+
+
+def describe_worker_path(path: tuple[int, ...]) -> str:
+    """`worker 1 -> worker 0` for the path `(1, 0)`."""
+    return " -> ".join(f"worker {index}" for index in path)
 
 
 class EnvContractError(RLCollectError, AssertionError):

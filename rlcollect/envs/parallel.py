@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 import weakref
 from collections.abc import Sequence
@@ -13,22 +12,19 @@ import cloudpickle
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.envs import parallel_worker
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.parallel_worker import (
-    SEED_REPLY,
-    Command,
+from rlcollect.envs.parallel_worker import SEED_REPLY, Command, describe_command, run_worker
+from rlcollect.envs.serial import CreateEnvFn, CreateEnvKwargs, env_factories
+from rlcollect.envs.specs import batch_spec
+from rlcollect.envs.worker_process import (
     WorkerHandle,
     encode,
     shut_down_workers,
+    worker_context,
 )
-from rlcollect.envs.serial import CreateEnvFn, CreateEnvKwargs, env_factories
-from rlcollect.envs.specs import batch_spec
 
-
-def default_start_method() -> str:
-    """The default start method: "forkserver" where the platform has it, else "spawn"."""
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+# Seconds a closing worker gets before it is terminated.
+CLOSE_TIMEOUT = 5.0
 
 
 class ParallelEnv(EnvBase):
@@ -87,10 +83,20 @@ class ParallelEnv(EnvBase):
         context = worker_context(mp_start_method)
         self.num_workers = num_workers
         self._workers: list[WorkerHandle] = []
-        self._finalizer = weakref.finalize(self, shut_down_workers, self._workers)
+        self._finalizer = weakref.finalize(
+            self, shut_down_workers, self._workers, encode(Command.CLOSE), CLOSE_TIMEOUT
+        )
         try:
             for index, payload in enumerate(payloads):
-                self._workers.append(WorkerHandle(index, context, payload))
+                worker = WorkerHandle(
+                    index,
+                    context,
+                    run_worker,
+                    (payload,),
+                    name=f"rlcollect-env-worker-{index}",
+                    describe=describe_command,
+                )
+                self._workers.append(worker)
             description = self._await_descriptions(startup_timeout)
         except BaseException:
             self._finalizer()
@@ -201,20 +207,6 @@ class ParallelEnv(EnvBase):
 
     def __repr__(self) -> str:
         return f"ParallelEnv(num_workers={self.num_workers}, batch_size={tuple(self.batch_size)})"
-
-
-def worker_context(mp_start_method: str | None) -> multiprocessing.context.BaseContext:
-    """The multiprocessing context for the workers, with the fork server preloaded."""
-    method = mp_start_method or default_start_method()
-    if method not in multiprocessing.get_all_start_methods():
-        raise ValueError(
-            f"mp_start_method={method!r} is not available here; use one of "
-            f"{multiprocessing.get_all_start_methods()}."
-        )
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        context.set_forkserver_preload([parallel_worker.__name__])
-    return context
 
 
 def check_same_descriptions(descriptions: list[dict[str, Any]]) -> None:

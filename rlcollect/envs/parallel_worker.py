@@ -1,38 +1,27 @@
-"""The worker side of `ParallelEnv`: the process loop, its command protocol and the parent's handle.
+"""The worker side of `ParallelEnv`: the sub-env's command set and the loop that serves it.
 
 One worker process holds one sub-env bound to its slice of the shared-memory carrier. The
-parent talks to it through a pipe with tiny byte messages: a 9-byte header (command, integer
-argument such as the time index or a seed) and, for the rare control commands, a payload.
-The worker answers every command with one status byte (`OK` or `ERROR`) and, where the command
-returns something, a payload. Step results never cross the pipe: they are in shared memory.
+process, its pipes and the message format are `rlcollect.envs.worker_process`'s; here the
+header's argument is a time index or a seed. Step results never cross the pipe: they are in
+shared memory.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import pickle
-import select
-import signal
 import struct
-import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
 import torch
 
 from rlcollect.envs.base import EnvBase
-from rlcollect.errors import WorkerError
+from rlcollect.envs.worker_process import HEADER, OK, error_reply
 
-HEADER = struct.Struct("<Bq")
 SEED_REPLY = struct.Struct("<q")
-OK = b"\x00"
-ERROR = b"\x01"
-# How often a waiting parent checks that a silent worker is still alive (seconds).
-LIVENESS_INTERVAL = 0.5
 
 
 class Command(enum.IntEnum):
@@ -45,11 +34,6 @@ class Command(enum.IntEnum):
     SEED = 5
     BIND = 6
     CLOSE = 7
-
-
-def encode(command: Command, argument: int = 0, payload: bytes = b"") -> bytes:
-    """The message for `command`: header, then the payload (if any)."""
-    return HEADER.pack(command, argument) + payload
 
 
 def describe_command(message: bytes) -> str:
@@ -67,13 +51,9 @@ def describe_command(message: bytes) -> str:
 
 
 def run_worker(index: int, connection: Connection, factory_bytes: bytes) -> None:
-    """Entry point of a worker process: build the sub-env, report its description, serve.
-
-    Ctrl-C is left to the parent, which closes the workers; a worker whose parent is gone
-    (its pipe closed) closes its env and exits.
+    """Serve one sub-env (the target `bootstrap` runs): build it, report its description,
+    answer commands. A worker whose parent is gone (its pipe closed) closes its env and exits.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)
     try:
         env = pickle.loads(factory_bytes)()
         description = pickle.dumps(describe(env))
@@ -142,122 +122,3 @@ def run_control(env: EnvBase, command: int, argument: int, payload: bytes) -> by
         env.bind(pickle.loads(payload))
         return b""
     raise ValueError(f"unknown command {command}; parent and worker versions differ.")
-
-
-def error_reply(err: BaseException, context: str) -> bytes:
-    """The `ERROR` reply carrying the exception's message and the worker's traceback."""
-    message = f"{context} raised {type(err).__name__}: {err}"
-    return ERROR + pickle.dumps((message, traceback.format_exc()))
-
-
-# --- parent side ------------------------------------------------------------------------------
-
-
-def readiness_probe(connection: Connection) -> Callable[[float], bool]:
-    """A function telling whether `connection` has a reply (or EOF) within `timeout` seconds.
-
-    One `poll(2)` on a poller made once: `Connection.poll` builds a selector per call, which
-    costs more than the rest of a step's protocol.
-    """
-    if not hasattr(select, "poll"):
-        return connection.poll
-    poller = select.poll()
-    poller.register(connection.fileno(), select.POLLIN)
-    return lambda timeout: bool(poller.poll(timeout * 1000.0))
-
-
-class WorkerHandle:
-    """The parent's end of one worker: its process and pipe, with failure detection.
-
-    Args:
-        index: the worker's index in the batch.
-        context: the multiprocessing context that starts the process.
-        factory_bytes: the cloudpickled zero-argument callable that builds the sub-env.
-    """
-
-    def __init__(self, index: int, context: BaseContext, factory_bytes: bytes) -> None:
-        self.index = index
-        parent_end, child_end = context.Pipe(duplex=True)
-        self.process = context.Process(  # type: ignore[attr-defined]
-            target=run_worker,
-            args=(index, child_end, factory_bytes),
-            name=f"rlcollect-env-worker-{index}",
-            daemon=True,
-        )
-        self.process.start()
-        self.last_message = b""
-        # Only the child may hold this end, so the parent reads EOF as soon as the child dies.
-        child_end.close()
-        self.connection = parent_end
-        self._is_readable = readiness_probe(parent_end)
-
-    def send(self, message: bytes) -> None:
-        """Send one command; a broken pipe is reported as the worker's death."""
-        self.last_message = message
-        try:
-            self.connection.send_bytes(message)
-        except OSError as err:
-            raise self.death_error() from err
-
-    def receive(self, timeout: float | None = None) -> bytes:
-        """Wait for the reply to the last command and return its payload.
-
-        Raises:
-            WorkerError: the worker reported an exception (its message and traceback are in
-                the error), died, or did not answer within `timeout` seconds.
-        """
-        waited = 0.0
-        while not self._is_readable(LIVENESS_INTERVAL):
-            if not self.process.is_alive():
-                raise self.death_error()
-            waited += LIVENESS_INTERVAL
-            if timeout is not None and waited >= timeout:
-                raise WorkerError(self.index, f"no answer within {timeout:.0f} s")
-        try:
-            reply = self.connection.recv_bytes()
-        except (EOFError, OSError) as err:
-            raise self.death_error() from err
-        if reply == OK:
-            return b""
-        if reply[:1] == ERROR:
-            message, remote_traceback = pickle.loads(reply[1:])
-            raise WorkerError(self.index, message, remote_traceback)
-        return reply[1:]
-
-    def death_error(self) -> WorkerError:
-        """The error for a worker process that is gone, with its exit code and last command."""
-        self.process.join(timeout=1.0)
-        code = self.process.exitcode
-        activity = describe_command(self.last_message) if self.last_message else "starting"
-        return WorkerError(
-            self.index,
-            f"the worker process died (exit code {code}) during {activity}; a sub-env that "
-            "crashes the interpreter (os._exit, a signal, a segfault) ends its worker.",
-        )
-
-    def request_close(self) -> None:
-        """Ask the worker to close its env and exit (no answer is awaited)."""
-        if self.process.is_alive():
-            with contextlib.suppress(OSError):
-                self.connection.send_bytes(encode(Command.CLOSE))
-
-    def finish(self, timeout: float) -> None:
-        """Wait for the worker to exit, kill it if it does not in time, release its handles."""
-        process = self.process
-        process.join(timeout)
-        if process.is_alive():
-            process.terminate()
-            process.join(timeout)
-        if process.is_alive():
-            process.kill()
-            process.join()
-        self.connection.close()
-        process.close()
-
-
-def shut_down_workers(workers: list[WorkerHandle], timeout: float = 5.0) -> None:
-    """Close every worker of `workers` and empty the list (so a second call does nothing)."""
-    for worker in workers:
-        worker.request_close()
-    while workers:
-        workers.pop().finish(timeout)

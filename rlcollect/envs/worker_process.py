@@ -1,0 +1,259 @@
+"""One worker-process mechanism for `ParallelEnv` and the multi-process collectors.
+
+A worker is a process started from a preloaded fork server, with a duplex pipe for commands
+and a one-way *lifeline* pipe that the parent never writes to: when the parent dies, the
+worker reads EOF on it and exits, so no worker outlives its parent even while it is busy.
+Messages are bytes: a 9-byte header (command, integer argument) and an optional payload.
+Every command gets one reply: a status byte (`OK` or `ERROR`) and, where the command returns
+something, a payload. An `ERROR` reply carries the exception's message, the worker's traceback
+and the path of the failing worker below this one (for workers that have workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import select
+import signal
+import struct
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import torch
+
+from rlcollect.errors import WorkerError
+
+HEADER = struct.Struct("<Bq")
+OK = b"\x00"
+ERROR = b"\x01"
+# How often a waiting parent checks that a silent worker is still alive (seconds).
+LIVENESS_INTERVAL = 0.5
+# Modules every worker process needs; the fork server imports them once, so each worker is
+# forked torch-ready in milliseconds instead of importing torch for seconds.
+PRELOADED_MODULES = ["rlcollect"]
+
+
+def encode(command: int, argument: int = 0, payload: bytes = b"") -> bytes:
+    """The message for `command`: header, then the payload (if any)."""
+    return HEADER.pack(command, argument) + payload
+
+
+def error_reply(err: BaseException, context: str) -> bytes:
+    """The `ERROR` reply: the exception's message, the worker's traceback and, for a
+    `WorkerError` raised by this worker's own workers, the path of the worker that failed."""
+    if isinstance(err, WorkerError):
+        details = (f"{context} failed: {err.reason}", err.remote_traceback, err.path)
+    else:
+        details = (f"{context} raised {type(err).__name__}: {err}", traceback.format_exc(), ())
+    return ERROR + pickle.dumps(details)
+
+
+def default_start_method() -> str:
+    """The default start method: "forkserver" where the platform has it, else "spawn"."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def worker_context(mp_start_method: str | None) -> BaseContext:
+    """The multiprocessing context for workers, with the fork server preloaded."""
+    method = mp_start_method or default_start_method()
+    if method not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            f"mp_start_method={method!r} is not available here; use one of "
+            f"{multiprocessing.get_all_start_methods()}."
+        )
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(PRELOADED_MODULES)
+    return context
+
+
+# --- worker process ---------------------------------------------------------------------------
+
+
+def _exit_when_parent_dies(lifeline: Connection) -> None:
+    """Block on the lifeline; EOF means the parent is gone, so end this process at once (its
+    own workers then see their lifelines close in turn)."""
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv_bytes()
+    os._exit(1)
+
+
+def bootstrap(
+    target: Callable[..., None],
+    index: int,
+    connection: Connection,
+    lifeline: Connection,
+    num_threads: int,
+    *args: Any,
+) -> None:
+    """Entry point of every worker process: set the process up, then run `target`.
+
+    Ctrl-C is left to the parent, which closes its workers; torch gets `num_threads` threads so
+    that workers do not oversubscribe the cores.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(num_threads)
+    watchdog = threading.Thread(target=_exit_when_parent_dies, args=(lifeline,), daemon=True)
+    watchdog.start()
+    target(index, connection, *args)
+
+
+# --- parent side ------------------------------------------------------------------------------
+
+
+def readiness_probe(connection: Connection) -> Callable[[float], bool]:
+    """A function telling whether `connection` has a reply (or EOF) within `timeout` seconds.
+
+    One `poll(2)` on a poller made once: `Connection.poll` builds a selector per call, which
+    costs more than the rest of a step's protocol.
+    """
+    if not hasattr(select, "poll"):
+        return connection.poll
+    poller = select.poll()
+    poller.register(connection.fileno(), select.POLLIN)
+    return lambda timeout: bool(poller.poll(timeout * 1000.0))
+
+
+def exit_description(code: int | None) -> str:
+    """`exit code 3`, or `signal SIGKILL` for a process ended by a signal."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+class WorkerHandle:
+    """The parent's end of one worker: its process and pipes, with failure detection.
+
+    Args:
+        index: the worker's index among its siblings (used in error messages).
+        context: the multiprocessing context that starts the process.
+        target: a module-level function `target(index, connection, *args)` that serves.
+        args: further arguments of `target` (pickled by multiprocessing, so shared-memory
+            tensors travel as handles).
+
+    Keyword Args:
+        name: the process name.
+        daemon: daemonic workers end with their parent but may not start processes.
+        num_threads: torch threads in the worker.
+        describe: turns a message into the call it stands for, for error messages.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        context: BaseContext,
+        target: Callable[..., None],
+        args: Sequence[Any] = (),
+        *,
+        name: str,
+        daemon: bool = True,
+        num_threads: int = 1,
+        describe: Callable[[bytes], str] = repr,
+    ) -> None:
+        self.index = index
+        self.describe = describe
+        parent_end, child_end = context.Pipe(duplex=True)
+        lifeline_reader, self._lifeline = context.Pipe(duplex=False)
+        self.process = context.Process(  # type: ignore[attr-defined]
+            target=bootstrap,
+            args=(target, index, child_end, lifeline_reader, num_threads, *args),
+            name=name,
+            daemon=daemon,
+        )
+        self.process.start()
+        self.last_message = b""
+        # Only the child may hold these ends, so the parent reads EOF as soon as the child dies.
+        child_end.close()
+        lifeline_reader.close()
+        self.connection = parent_end
+        self._is_readable = readiness_probe(parent_end)
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        return self.process.pid  # type: ignore[no-any-return]
+
+    def send(self, message: bytes) -> None:
+        """Send one command; a broken pipe is reported as the worker's death."""
+        self.last_message = message
+        try:
+            self.connection.send_bytes(message)
+        except OSError as err:
+            raise self.death_error() from err
+
+    def poll(self, timeout: float) -> bool:
+        """Whether a reply (or the worker's death) is ready within `timeout` seconds."""
+        return self._is_readable(timeout)
+
+    def receive(self, timeout: float | None = None) -> bytes:
+        """Wait for the reply to the oldest unanswered command and return its payload.
+
+        Raises:
+            WorkerError: the worker reported an exception (its message and traceback are in
+                the error), died, or did not answer within `timeout` seconds.
+        """
+        waited = 0.0
+        while not self._is_readable(LIVENESS_INTERVAL):
+            if not self.process.is_alive():
+                raise self.death_error()
+            waited += LIVENESS_INTERVAL
+            if timeout is not None and waited >= timeout:
+                activity = self.describe(self.last_message)
+                raise WorkerError(self.index, f"no answer within {timeout:g} s to {activity}")
+        try:
+            reply = self.connection.recv_bytes()
+        except (EOFError, OSError) as err:
+            raise self.death_error() from err
+        if reply == OK:
+            return b""
+        if reply[:1] == ERROR:
+            message, remote_traceback, below = pickle.loads(reply[1:])
+            raise WorkerError((self.index, *below), message, remote_traceback)
+        return reply[1:]
+
+    def death_error(self) -> WorkerError:
+        """The error for a worker process that is gone, with how it ended and its last command."""
+        self.process.join(timeout=1.0)
+        ending = exit_description(self.process.exitcode)
+        activity = self.describe(self.last_message) if self.last_message else "starting"
+        return WorkerError(
+            self.index,
+            f"the worker process died ({ending}) during {activity}; code that crashes the "
+            "interpreter (os._exit, a signal, a segfault) ends its worker.",
+        )
+
+    def request_close(self, message: bytes) -> None:
+        """Send the close command `message` if the worker lives (no answer is awaited)."""
+        if self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self.connection.send_bytes(message)
+
+    def finish(self, timeout: float) -> None:
+        """Wait for the worker to exit, end it if it does not in time, release its handles."""
+        process = self.process
+        process.join(timeout)
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        self.connection.close()
+        self._lifeline.close()
+        process.close()
+
+
+def shut_down_workers(workers: list[WorkerHandle], close_message: bytes, timeout: float) -> None:
+    """Ask every worker of `workers` to close, wait for them (at most `timeout` seconds each
+    before they are terminated) and empty the list, so a second call does nothing."""
+    for worker in workers:
+        worker.request_close(close_message)
+    while workers:
+        workers.pop().finish(timeout)
