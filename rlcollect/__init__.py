@@ -1,6 +1,6 @@
 """rlcollect: fast, composable data collection for reinforcement learning in PyTorch."""
 
-from rlcollect.collectors import Collector
+from rlcollect.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from rlcollect.envs import (
     EnvBase,
     GymEnv,
@@ -47,7 +47,9 @@ __all__ = [
     "LazyMemmapStorage",
     "LazyTensorStorage",
     "ListStorage",
+    "MultiAsyncCollector",
     "MultiStep",
+    "MultiSyncCollector",
     "ObservationNorm",
     "ParallelEnv",
     "PrioritizedSampler",

@@ -14,6 +14,7 @@ RESET = "_reset"
 COLLECTOR = "collector"
 TRAJ_IDS = (COLLECTOR, "traj_ids")
 MASK = (COLLECTOR, "mask")
+WORKER_ID = (COLLECTOR, "worker_id")
 
 STEP_COUNT = "step_count"
 EPISODE_REWARD = "episode_reward"

@@ -22,16 +22,23 @@ class TrajectoryCounter:
     """Hands out trajectory ids, unique over the collector's life, as TorchRL's pool does.
 
     The `n` envs start with ids `0..n-1`; a sub-env done at step t gets the next id for step
-    t+1, ids being handed out in step order and, within a step, in env order.
+    t+1, ids being handed out in step order and, within a step, in env order. A collector
+    that is one of several workers draws from its own arithmetic progression `offset + k *
+    stride` (worker i of W: offset i, stride W), so ids stay unique across workers and levels;
+    `next_id` counts the ids taken, `k`.
     """
 
-    def __init__(self, next_id: int = 0) -> None:
+    def __init__(self, next_id: int = 0, offset: int = 0, stride: int = 1) -> None:
         self.next_id = next_id
+        self.offset = offset
+        self.stride = stride
 
     def take(self, count: int, device: torch.device) -> torch.Tensor:
         """`count` fresh ids."""
         ids = torch.arange(self.next_id, self.next_id + count, device=device)
         self.next_id += count
+        if self.stride != 1 or self.offset:
+            ids = ids * self.stride + self.offset
         return ids
 
     def fill(self, start_ids: torch.Tensor, done: torch.Tensor, out: torch.Tensor) -> None:

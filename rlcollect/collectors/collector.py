@@ -410,6 +410,21 @@ class Collector:
             )
         self.policy.update(next(iter(given.values()), None))
 
+    def apply_weights(self, weights: Any, version: int, timeout: float | None = None) -> None:
+        """Load weights sent by a parent collector, as policy version `version` (between
+        batches: a worker calls it when its update command arrives). `timeout` is unused
+        here; a collector with workers of its own waits that long for them."""
+        if self._background.is_busy:
+            with self.pause():
+                self.policy.update(weights, version)
+        else:
+            self.policy.update(weights, version)
+
+    def assign_trajectory_ids(self, offset: int, stride: int) -> None:
+        """Draw trajectory ids from `offset + k * stride` (a parent gives each worker its
+        own progression, so that ids are unique across all workers)."""
+        self._trajectories.offset, self._trajectories.stride = offset, stride
+
     def _poll_weight_schemes(self) -> None:
         for scheme in self.options.weight_recv_schemes.values():
             weights = scheme.receive()

@@ -63,13 +63,14 @@ class PolicyHolder:
             return module.module
         return module
 
-    def update(self, weights: Any = None) -> None:
-        """Load new weights in place; bumps `version`.
+    def update(self, weights: Any = None, version: int | None = None) -> None:
+        """Load new weights in place; bumps `version` (or sets it, when given).
 
         Args:
             weights: None (copy again from the policy the collector was given), an
                 `nn.Module` of the same structure, a state dict, or a TensorDict of parameters
                 as given by `TensorDict.from_module(policy)`.
+            version: the version these weights are (a parent collector numbers its updates).
         """
         if self.module is None:
             raise RuntimeError("the collector runs random actions; it has no policy weights.")
@@ -77,7 +78,7 @@ class PolicyHolder:
             weights = self._source
         if weights is not None:
             self._load(weights)
-        self.version += 1
+        self.version = self.version + 1 if version is None else version
 
     @torch.no_grad()
     def _load(self, weights: Any) -> None:

@@ -1,0 +1,519 @@
+"""`MultiCollectorBase`: what the multi-process collectors share (workers, weights, state).
+
+The rollout loop stays the one of `Collector` (or of whatever `collector_class` is): each worker
+process runs one, and this room around it decides only where it runs and how its batches come
+back. `MultiSyncCollector` and `MultiAsyncCollector` differ only in how they gather batches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlcollect.collectors.collector import Collector
+from rlcollect.collectors.options import BatchOptions, _check_int, validate_frames
+from rlcollect.collectors.weight_sync import (
+    POLICY_MODEL_ID,
+    NoWeightSyncScheme,
+    SharedMemWeightSyncScheme,
+    Weights,
+    WeightSyncScheme,
+    check_schemes,
+    flat_weights,
+    validated_weights,
+)
+from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand, WorkerSpec
+from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
+from rlcollect.envs.worker_process import worker_context
+
+# Options that may be given once or as one value per worker.
+PER_WORKER_OPTIONS = (
+    "device",
+    "storing_device",
+    "policy_device",
+    "env_device",
+    "create_env_kwargs",
+)
+# Seconds `update_policy_weights_` waits for every worker of the tree, by default.
+UPDATE_TIMEOUT = 30.0
+# A worker with workers of its own gets this share of its parent's timeout, so that it reports
+# a silent grandchild (by path) before its parent gives up on it.
+CHILD_TIMEOUT_SHARE = 0.8
+
+
+def _accepted_options(collector_class: Any) -> set[str] | None:
+    """The keyword arguments `collector_class` takes (None: it takes any)."""
+    target = getattr(collector_class, "func", collector_class)
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+def _check_options(collector_class: Any, options: Mapping[str, Any]) -> None:
+    accepted = _accepted_options(collector_class)
+    if accepted is None:
+        return
+    for name in options:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{name!r} is not an option of {getattr(collector_class, '__name__', 'the')} "
+                f"collector.{hint}"
+            )
+
+
+def _per_worker(name: str, value: Any, num_workers: int) -> list[Any]:
+    """`value` for each worker: a list of `num_workers` values, or one value for all."""
+    if isinstance(value, list | tuple):
+        if len(value) != num_workers:
+            raise ValueError(
+                f"{name} has {len(value)} values for {num_workers} workers; give one value, "
+                f"or one per worker."
+            )
+        return list(value)
+    return [value] * num_workers
+
+
+def _resolve_workers(create_env_fn: Any, num_workers: int | None) -> tuple[list[Any], int]:
+    if isinstance(create_env_fn, list | tuple):
+        if num_workers is not None and num_workers != len(create_env_fn):
+            raise ValueError(
+                f"num_workers={num_workers} but create_env_fn lists {len(create_env_fn)} env "
+                "makers (one per worker); drop num_workers or make them agree."
+            )
+        if not create_env_fn:
+            raise ValueError("create_env_fn is an empty list; give one env maker per worker.")
+        return list(create_env_fn), len(create_env_fn)
+    if num_workers is None:
+        raise ValueError(
+            "num_workers is needed when create_env_fn is a single env maker, e.g. "
+            "num_workers=4 (or pass a list with one env maker per worker)."
+        )
+    num_workers = _check_int("num_workers", num_workers)
+    if num_workers < 1:
+        raise ValueError(f"num_workers={num_workers} must be at least 1.")
+    return [create_env_fn] * num_workers, num_workers
+
+
+def _weight_template(policy: Any, policy_factory: Callable[[], Any] | None) -> Weights:
+    """The names, shapes and dtypes of the policy's weights (empty for random actions)."""
+    source = policy if policy is not None else (policy_factory() if policy_factory else None)
+    return flat_weights(source) if isinstance(source, nn.Module) else {}
+
+
+def _in_worker_process() -> bool:
+    return multiprocessing.parent_process() is not None
+
+
+class MultiCollectorBase:
+    """Runs one collector per worker process; subclasses gather their batches.
+
+    See `MultiSyncCollector` for the arguments. Workers are started at construction (in
+    parallel, from a preloaded fork server) and stopped by `shutdown()`, by garbage
+    collection, or at interpreter exit; a worker also ends on its own when this process dies.
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        num_workers: int | None = None,
+        frames_per_batch: int | Sequence[int],
+        total_frames: int = -1,
+        collector_class: Callable[..., Any] = Collector,
+        update_at_each_batch: bool = False,
+        num_threads: int | None = None,
+        num_sub_threads: int = 1,
+        weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
+        policy_factory: Callable[[], Any] | None = None,
+        restart_dead_workers: bool = False,
+        worker_timeout: float | None = 300.0,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        return_same_td: bool = False,
+        replay_buffer: Any = None,
+        init_random_frames: int | None = None,
+        mp_start_method: str | None = None,
+        startup_timeout: float = 300.0,
+        **collector_options: Any,
+    ) -> None:
+        env_makers, num_workers = _resolve_workers(create_env_fn, num_workers)
+        per_worker_frames = self._split_frames(frames_per_batch, num_workers)
+        _, total_frames = validate_frames(1, total_frames)
+        if worker_timeout is not None and not worker_timeout > 0:
+            raise ValueError(
+                f"worker_timeout={worker_timeout!r} must be a positive number of seconds, or None."
+            )
+        if policy is not None and policy_factory is not None:
+            raise ValueError("pass policy or policy_factory, not both.")
+        if policy_factory is not None and not callable(policy_factory):
+            raise TypeError(
+                f"policy_factory must be a callable returning a policy; got {policy_factory!r}."
+            )
+        _check_options(collector_class, collector_options)
+        self.options = BatchOptions.validate(
+            postproc=postproc,
+            split_trajs=split_trajs,
+            return_same_td=return_same_td,
+            replay_buffer=replay_buffer,
+            extend_buffer=True,
+            weight_sync_schemes=None,
+            weight_recv_schemes=weight_recv_schemes,
+        )
+        self.num_workers = num_workers
+        self.update_at_each_batch = bool(update_at_each_batch)
+        self._policy = policy
+        self._template = _weight_template(policy, policy_factory)
+        self.scheme = self._choose_scheme(weight_sync_schemes)
+        self.scheme.connect(self._template, num_workers)
+        # What a restarted worker starts with: a copy, so that in-place training of the
+        # parent's policy reaches no worker before update_policy_weights_.
+        self._weights: Weights | None = (
+            {name: tensor.detach().clone() for name, tensor in self._template.items()}
+            if policy is not None and self._template
+            else None
+        )
+        self.policy_version = 0
+        self.frames = 0
+        self.iterations = 0
+        self._start_time: float | None = None
+        if num_threads is not None or not _in_worker_process():
+            cores = os.cpu_count() or 1
+            torch.set_num_threads(num_threads or max(1, cores - num_workers))
+        random_frames = -(-(init_random_frames or 0) // num_workers) or None
+        specs = [
+            WorkerSpec(
+                collector_class=collector_class,
+                create_env_fn=env_makers[index],
+                policy=policy,
+                policy_factory=policy_factory,
+                frames_per_batch=per_worker_frames[index],
+                total_frames=-1,
+                collector_kwargs={
+                    **collector_options,
+                    **{
+                        name: _per_worker(name, collector_options[name], num_workers)[index]
+                        for name in PER_WORKER_OPTIONS
+                        if name in collector_options
+                    },
+                    "init_random_frames": random_frames,
+                },
+                trajectory_ids=(index, num_workers),
+                scheme=self.scheme,
+                shared={
+                    "replay_buffer": replay_buffer,
+                    "weights": self.scheme.channel(index),
+                },
+            )
+            for index in range(num_workers)
+        ]
+        self.pool = WorkerPool(
+            specs,
+            worker_context(mp_start_method),
+            num_sub_threads=num_sub_threads,
+            worker_timeout=worker_timeout,
+            restart_dead_workers=restart_dead_workers,
+            startup_timeout=startup_timeout,
+            on_failure=self.shutdown,
+            current_weights=lambda: (self._weights, self.policy_version),
+        )
+        self.frames_per_batch = self._batch_frames()
+        self.total_frames = self._round_total(total_frames)
+
+    @staticmethod
+    def _split_frames(frames_per_batch: Any, num_workers: int) -> list[int]:
+        if isinstance(frames_per_batch, list | tuple):
+            frames = _per_worker("frames_per_batch", list(frames_per_batch), num_workers)
+            for value in frames:
+                validate_frames(value, -1)
+            return [int(value) for value in frames]
+        frames_per_batch, _ = validate_frames(frames_per_batch, -1)
+        return [math.ceil(frames_per_batch / num_workers)] * num_workers
+
+    def _choose_scheme(self, schemes: Mapping[str, WeightSyncScheme] | None) -> WeightSyncScheme:
+        chosen = check_schemes("weight_sync_schemes", schemes).get(POLICY_MODEL_ID)
+        if chosen is not None:
+            return chosen
+        return SharedMemWeightSyncScheme() if self._template else NoWeightSyncScheme()
+
+    def _batch_frames(self) -> int:
+        """Frames the collector hands out per batch (subclasses: per gathered batch)."""
+        return sum(slot.frames_per_batch for slot in self.pool.slots)
+
+    def _round_total(self, total_frames: int) -> int:
+        if total_frames <= 0:
+            return total_frames
+        return -(-total_frames // self.frames_per_batch) * self.frames_per_batch
+
+    # --- iteration ------------------------------------------------------------------------------
+
+    @property
+    def is_done(self) -> bool:
+        """Whether `total_frames` have been handed out (never, for an endless collector)."""
+        return 0 < self.total_frames <= self.frames
+
+    def next(self) -> TensorDictBase | None:
+        """Collect and return one batch (None when the workers fill a replay buffer).
+
+        Raises:
+            StopIteration: when `total_frames` have been collected.
+        """
+        raise NotImplementedError
+
+    def __next__(self) -> TensorDictBase | None:
+        return self.next()
+
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        while not self.is_done:
+            yield self.next()
+
+    def __len__(self) -> int:
+        if self.total_frames <= 0:
+            raise TypeError("an endless collector (total_frames=-1) has no length.")
+        return self.total_frames // self.frames_per_batch
+
+    def _before_batch(self) -> None:
+        if self._start_time is None:
+            self._start_time = time.perf_counter()
+        for scheme in self.options.weight_recv_schemes.values():
+            weights = scheme.receive()
+            if weights is not None:
+                self.update_policy_weights_(weights)
+
+    def _finish(self, batch: TensorDictBase) -> TensorDictBase:
+        for process in self.options.pipeline:
+            batch = process(batch)
+        return batch
+
+    # --- weights --------------------------------------------------------------------------------
+
+    def update_policy_weights_(
+        self,
+        policy_or_weights: Any = None,
+        *,
+        weights: Any = None,
+        policy: Any = None,
+        worker_ids: int | Sequence[int] | None = None,
+        timeout: float = UPDATE_TIMEOUT,
+    ) -> None:
+        """Send new weights to every worker (and their workers) and wait until all applied them.
+
+        Weights come as a module, a state dict or a TensorDict of parameters (positionally or
+        as `weights=` / `policy=`); with none, they are read from the policy this collector
+        was given, so that `update_policy_weights_()` after an optimiser step on it is enough.
+        They are checked before anything is sent and detached. Each worker applies them
+        between two batches; when this returns, the next batch of every leaf of the tree is
+        produced by them and reports the new `policy_version`.
+
+        Raises:
+            ValueError: a missing or extra key, or a tensor of the wrong shape or dtype.
+            WorkerError: a worker did not acknowledge within `timeout` seconds (the error names
+                its path, e.g. `worker 1 -> worker 0`) or failed.
+        """
+        given = [value for value in (policy_or_weights, weights, policy) if value is not None]
+        if len(given) > 1:
+            raise ValueError(
+                "update_policy_weights_ takes one of policy_or_weights, weights and policy."
+            )
+        source = given[0] if given else self._policy
+        if not self._template:
+            raise RuntimeError(
+                "this collector runs random actions (policy=None); it has no weights to update."
+            )
+        if source is None:
+            raise ValueError(
+                "update_policy_weights_() without weights reads them from the policy given at "
+                "construction, but this collector was built with policy_factory; pass weights."
+            )
+        checked = validated_weights(source, self._template)
+        self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
+
+    def apply_weights(
+        self,
+        weights: Weights,
+        version: int,
+        timeout: float | None = UPDATE_TIMEOUT,
+        worker_ids: int | Sequence[int] | None = None,
+    ) -> None:
+        """Send validated weights as `version` to the workers and wait for every
+        acknowledgement (what a parent collector's update calls in a worker)."""
+        timeout = UPDATE_TIMEOUT if timeout is None else timeout
+        slots = self._select(worker_ids)
+        self._weights = {name: tensor.detach().clone() for name, tensor in weights.items()}
+        self.policy_version = version
+        if not self.scheme.sends_weights:
+            return
+        payload = pickle.dumps((timeout * CHILD_TIMEOUT_SHARE, self.scheme.pack(weights)))
+        self.pool.request(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload, timeout)
+        for slot in slots:
+            slot.policy_version = version
+
+    def _select(self, worker_ids: int | Sequence[int] | None) -> list[WorkerSlot]:
+        if worker_ids is None:
+            return list(self.pool.slots)
+        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
+        for index in ids:
+            if not 0 <= index < self.num_workers:
+                raise ValueError(
+                    f"worker_ids has {index}; workers are numbered 0..{self.num_workers - 1}."
+                )
+        return [self.pool.slots[index] for index in ids]
+
+    # --- background collection into a shared replay buffer -------------------------------------
+
+    def start(self) -> None:
+        """Every worker extends the shared replay buffer in the background until shut down,
+        each with its share of the frames left of `total_frames` (whole batches)."""
+        if self.options.replay_buffer is None:
+            raise RuntimeError(
+                "start() fills a replay buffer; pass replay_buffer=ReplayBuffer(..., "
+                "shared=True) to the collector."
+            )
+        left = self.total_frames - self.frames if self.total_frames > 0 else 0
+        for slot in self.pool.slots:
+            share = -(-left * slot.frames_per_batch // self.frames_per_batch) if left else 0
+            share = -(-share // slot.frames_per_batch) * slot.frames_per_batch
+            self.pool.request([slot], WorkerCommand.START, share)
+
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        """Context manager: no worker collects or writes while it is active."""
+        self.pool.request(self.pool.slots, WorkerCommand.PAUSE)
+        try:
+            yield
+        finally:
+            if self.pool.slots and self.pool._handles:
+                self.pool.request(self.pool.slots, WorkerCommand.RESUME)
+
+    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stop background collection in every worker (and the workers too, with
+        `close_env`)."""
+        if self.pool._handles:
+            self.pool.request(self.pool.slots, WorkerCommand.STOP, timeout=timeout)
+        if close_env:
+            self.shutdown()
+
+    # --- state and control ----------------------------------------------------------------------
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the workers in a chain (worker i + 1 gets what worker i returns), so every
+        worker is seeded apart and the same seed gives the same batches; returns the next
+        seed. Each worker's next batch starts from a reset."""
+        for slot in self.pool.slots:
+            slot.seed = seed
+            (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
+            seed = SEED_REPLY.unpack(reply)[0]
+        return seed
+
+    def reset(self) -> None:
+        """Every worker starts new trajectories at its next batch."""
+        self.pool.request(self.pool.slots, WorkerCommand.RESET)
+
+    def assign_trajectory_ids(self, offset: int, stride: int) -> None:
+        """Draw trajectory ids from `offset + k * stride`, shared out among the workers."""
+        for slot in self.pool.slots:
+            # Worker i of W draws from offset + (i + k W) * stride.
+            worker_ids = (offset + slot.index * stride, stride * self.num_workers)
+            self.pool.specs[slot.index].trajectory_ids = worker_ids
+            payload = pickle.dumps(worker_ids)
+            self.pool.request([slot], WorkerCommand.TRAJECTORY_IDS, 0, payload)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the policy version and every worker's own state."""
+        replies = self.pool.request(self.pool.slots, WorkerCommand.STATE_DICT)
+        return {
+            "frames": self.frames,
+            "iterations": self.iterations,
+            "policy_version": self.policy_version,
+            "workers": [pickle.loads(reply) for reply in replies],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`, worker by worker."""
+        workers = state["workers"]
+        if len(workers) != self.num_workers:
+            raise ValueError(
+                f"the state holds {len(workers)} workers; this collector has {self.num_workers}."
+            )
+        for slot, worker_state in zip(self.pool.slots, workers, strict=True):
+            self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))
+        self.frames = int(state["frames"])
+        self.iterations = int(state["iterations"])
+        self.policy_version = int(state["policy_version"])
+
+    def stats(self) -> dict[str, Any]:
+        """Frames, batches, frames/s, the policy version and, per worker: its pid, whether it is
+        alive, frames, restarts, policy version, and its own statistics (with its workers',
+        for a worker that has workers)."""
+        replies = self.pool.request(self.pool.slots, WorkerCommand.STATS)
+        elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
+        workers = []
+        for slot, reply in zip(self.pool.slots, replies, strict=True):
+            workers.append(
+                {
+                    "pid": slot.handle.pid,
+                    "alive": self.pool.alive(slot),
+                    "frames": slot.frames,
+                    "restarts": slot.restarts,
+                    "policy_version": slot.policy_version,
+                    "collector": pickle.loads(reply),
+                }
+            )
+        frames = self.frames or sum(worker["collector"]["frames"] for worker in workers)
+        return {
+            "frames": frames,
+            "total_frames": self.total_frames,
+            "batches": self.iterations,
+            "completed": self.is_done,
+            "frames_per_second": self.frames / elapsed if elapsed > 0 else 0.0,
+            "policy_version": self.policy_version,
+            "workers": workers,
+        }
+
+    def process_ids(self) -> list[int]:
+        """Every process below this collector: its workers and, recursively, theirs."""
+        pids: list[int] = []
+
+        def walk(stats: Mapping[str, Any]) -> None:
+            for worker in stats.get("workers", ()):
+                pids.append(worker["pid"])
+                walk(worker["collector"])
+
+        walk(self.stats())
+        return pids
+
+    def shutdown(self, close_env: bool = True) -> None:
+        """Stop every worker; bounded in time, idempotent."""
+        self.pool.close()
+
+    def __enter__(self) -> MultiCollectorBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_workers={self.num_workers}, "
+            f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
+            f"frames={self.frames})"
+        )

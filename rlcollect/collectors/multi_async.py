@@ -1,0 +1,92 @@
+"""`MultiAsyncCollector`: each worker's batch, yielded as soon as it is ready."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import keys
+from rlcollect.collectors.multi import MultiCollectorBase
+from rlcollect.collectors.worker_pool import WorkerSlot
+
+
+class MultiAsyncCollector(MultiCollectorBase):
+    """Runs one collector per worker process and yields each worker's batch as it arrives.
+
+    A worker starts its next batch as soon as its last one has been copied out, so slow
+    workers never hold fast ones back. Every batch carries `("collector", "worker_id")`;
+    batches of one worker come in order, with its trajectories continuing across them.
+    Takes the arguments of `MultiSyncCollector` (but `cat_results`); `frames_per_batch` is
+    what each worker collects per batch (or a list, one per worker), and
+    `update_at_each_batch` sends the latest weights to a worker before it goes on.
+
+    Examples:
+        >>> from rlcollect.collectors import MultiAsyncCollector
+        >>> with MultiAsyncCollector(
+        ...     "CartPole-v1", num_workers=2, frames_per_batch=50, total_frames=200
+        ... ) as collector:
+        ...     worker_ids = [int(data["collector", "worker_id"][0]) for data in collector]
+        >>> len(worker_ids), sorted(set(worker_ids))
+        (4, [0, 1])
+    """
+
+    def __init__(self, create_env_fn: Any, policy: Any = None, **options: Any) -> None:
+        frames = options.get("frames_per_batch")
+        if isinstance(frames, int) and not isinstance(frames, bool):
+            num_workers = len(create_env_fn) if isinstance(create_env_fn, list | tuple) else None
+            options["frames_per_batch"] = [frames] * (
+                num_workers or options.get("num_workers") or 1
+            )
+        super().__init__(create_env_fn, policy, **options)
+        self._turn = 0
+
+    def _batch_frames(self) -> int:
+        return max(slot.frames_per_batch for slot in self.pool.slots)
+
+    def _round_total(self, total_frames: int) -> int:
+        return total_frames  # batches of different workers may differ; no rounding
+
+    def next(self) -> TensorDictBase | None:
+        """Return the next batch any worker finishes (None when workers fill a buffer).
+
+        Raises:
+            StopIteration: when `total_frames` have been collected.
+        """
+        if self.is_done:
+            raise StopIteration
+        self._before_batch()
+        deadline = self.pool.deadline()
+        for slot in self.pool.slots:
+            if not slot.pending and not slot.has_batch:
+                slot.launch(deadline)
+        # Start the search after the worker served last, so that no worker is starved.
+        order = self.pool.slots[self._turn :] + self.pool.slots[: self._turn]
+        slot = self.pool.await_first_batch(order)
+        self._turn = (slot.index + 1) % self.num_workers
+        batch = self._take(slot)
+        if self.update_at_each_batch and self._policy is not None and self._template:
+            self.update_policy_weights_(worker_ids=slot.index)
+        if not self.is_done:
+            slot.launch(self.pool.deadline())
+        return batch if batch is None else self._finish(batch)
+
+    def _take(self, slot: WorkerSlot) -> TensorDictBase | None:
+        """Count `slot`'s batch and copy it out of shared memory (the worker overwrites it
+        with its next batch)."""
+        slot.has_batch = False
+        self.frames += slot.last_frames
+        self.iterations += 1
+        if self.options.replay_buffer is not None:
+            return None
+        batch = slot.batch.clone()
+        batch.set(
+            keys.WORKER_ID,
+            torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device),
+        )
+        return batch
+
+    def shutdown(self, close_env: bool = True) -> None:
+        """Stop every worker, abandoning the batches in flight; bounded in time, idempotent."""
+        super().shutdown(close_env)

@@ -1,0 +1,123 @@
+"""`MultiSyncCollector`: one batch from every worker process, gathered into one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.multi import MultiCollectorBase
+from rlcollect.collectors.worker import WorkerCommand
+
+CatResults = Literal["stack", 0, -1]
+CAT_RESULTS = ("stack", 0, -1)
+
+
+def gather_batches(batches: Sequence[TensorDictBase], cat_results: CatResults) -> TensorDictBase:
+    """Stack the workers' batches along a new first dim, or concatenate them along dim 0 or
+    -1 (time). The result is a fresh TensorDict; the workers' shared batches are not kept."""
+    shapes = [tuple(batch.batch_size) for batch in batches]
+    try:
+        if cat_results == "stack":
+            return torch.stack(list(batches), 0)
+        return torch.cat(list(batches), cat_results)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"cat_results={cat_results!r} cannot gather worker batches of shapes {shapes}; "
+            "'stack' needs equal shapes, 0 equal time lengths, -1 equal env batches."
+        ) from err
+
+
+class MultiSyncCollector(MultiCollectorBase):
+    """Runs one collector per worker process and yields one batch gathered from all of them.
+
+    Every batch holds one batch of every worker, all collected with the same policy version;
+    workers collect in parallel and write into shared memory that this process reads.
+
+    Args:
+        create_env_fn: one env maker per worker (a list), or one for all with `num_workers`.
+        policy: None (random actions), a TensorDict module or an `nn.Module`, as for
+            `Collector`. Each worker gets its own copy: training this one in place reaches
+            the workers only through `update_policy_weights_()`.
+
+    Keyword Args:
+        num_workers: worker processes, when `create_env_fn` is a single maker.
+        frames_per_batch: frames per gathered batch (each worker collects `ceil(fpb / W)`),
+            or a list with each worker's frames.
+        total_frames: frames over the collector's life; -1 collects forever.
+        collector_class: what each worker runs: `Collector`, or a multi-process collector (a
+            class or `functools.partial`) so that workers run workers of their own.
+        cat_results: "stack" yields `[W, *env_batch, T]` (row i from worker i); 0 or -1
+            concatenate the workers' batches along that dim.
+        update_at_each_batch: send the policy's weights to the workers before every batch.
+        num_threads: torch threads of this process (default `max(1, cores - workers)`).
+        num_sub_threads: torch threads of each worker (default 1).
+        weight_sync_schemes: `{"policy": scheme}`; `SharedMemWeightSyncScheme` by default.
+        weight_recv_schemes: `{"policy": receiver}` polled before every batch; what it
+            returns is forwarded to the workers (a collector that is itself a worker).
+        policy_factory: builds the policy inside each worker instead of copying `policy`.
+        restart_dead_workers: replace a worker that dies, with the current weights.
+        worker_timeout: seconds a worker may take to answer (a batch included); None waits.
+        postproc, split_trajs: run here, on the gathered batch.
+        mp_start_method: "forkserver" (default where available) or "spawn".
+        **collector_options: any other option of `collector_class` (devices also as one
+            value per worker).
+
+    In a script, build it under `if __name__ == "__main__":`: worker processes import the
+    main script again, and must not build collectors of their own when they do.
+
+    Examples:
+        >>> from rlcollect.collectors import MultiSyncCollector
+        >>> with MultiSyncCollector(
+        ...     "CartPole-v1", num_workers=2, frames_per_batch=100, total_frames=200
+        ... ) as collector:
+        ...     for data in collector:
+        ...         print(data.batch_size, data.names)
+        torch.Size([2, 50]) [None, 'time']
+        torch.Size([2, 50]) [None, 'time']
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        cat_results: CatResults = "stack",
+        **options: Any,
+    ) -> None:
+        if cat_results not in CAT_RESULTS or isinstance(cat_results, bool):
+            raise ValueError(f"cat_results={cat_results!r} is not supported; use 'stack', 0 or -1.")
+        frames = options.get("frames_per_batch")
+        if cat_results == "stack" and isinstance(frames, list | tuple) and len(set(frames)) > 1:
+            raise ValueError(
+                f"cat_results='stack' needs the same frames_per_batch for every worker; got "
+                f"{list(frames)}. Use cat_results=-1 to concatenate along time."
+            )
+        self.cat_results = cat_results
+        super().__init__(create_env_fn, policy, **options)
+
+    def next(self) -> TensorDictBase | None:
+        """Collect one batch from every worker and return them gathered (None when the
+        workers fill a replay buffer).
+
+        Raises:
+            StopIteration: when `total_frames` have been collected.
+        """
+        if self.is_done:
+            raise StopIteration
+        self._before_batch()
+        if self.update_at_each_batch and self._policy is not None and self._template:
+            self.update_policy_weights_()
+        slots = self.pool.slots
+        frames_before = sum(slot.frames for slot in slots)
+        self.pool.request(slots, WorkerCommand.COLLECT)
+        self.frames += sum(slot.frames for slot in slots) - frames_before
+        self.iterations += 1
+        for slot in slots:
+            slot.has_batch = False
+        if self.options.replay_buffer is not None:
+            return None
+        batch = gather_batches([slot.batch for slot in slots], self.cat_results)
+        return self._finish(batch)

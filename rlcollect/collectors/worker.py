@@ -1,0 +1,218 @@
+"""The worker side of the multi-process collectors: a collector served over a command pipe.
+
+The process, its pipes and the message format are `rlcollect.envs.worker_process`'s. A worker
+builds its collector from a `WorkerSpec`, then answers one command at a time, so everything it
+is told (new weights, a seed, a pause) happens between two batches. Batches never cross the
+pipe: the worker copies each into a shared-memory TensorDict, whose handle the parent receives
+once, with the first batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import pickle
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from rlcollect.envs.worker_process import HEADER, OK, error_reply
+
+# Reply to COLLECT: frames in the batch, the policy version that produced it, and whether the
+# shared-memory handle follows (first batch only).
+BATCH_REPLY = struct.Struct("<qq?")
+SEED_REPLY = struct.Struct("<q")
+
+
+class WorkerCommand(enum.IntEnum):
+    """What the parent asks a collector worker to do; the header's argument is a seed, a
+    policy version, or unused."""
+
+    COLLECT = 1
+    UPDATE_WEIGHTS = 2
+    SEED = 3
+    RESET = 4
+    STATE_DICT = 5
+    LOAD_STATE_DICT = 6
+    START = 7
+    PAUSE = 8
+    RESUME = 9
+    STOP = 10
+    STATS = 11
+    CLOSE = 12
+    TRAJECTORY_IDS = 13
+
+
+def describe_command(message: bytes) -> str:
+    """The call a message stands for, e.g. `collect`, for error messages."""
+    command, argument = HEADER.unpack_from(message)
+    name = WorkerCommand(command).name.lower()
+    if command == WorkerCommand.SEED:
+        return f"set_seed({argument})"
+    if command == WorkerCommand.UPDATE_WEIGHTS:
+        return f"update_policy_weights_ (version {argument})"
+    return name
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs to build its collector; travels with cloudpickle (so lambdas
+    and closures work), apart from `shared`, which multiprocessing's pickler sends as handles.
+    """
+
+    collector_class: Callable[..., Any]
+    create_env_fn: Any
+    policy: Any
+    policy_factory: Callable[[], Any] | None
+    frames_per_batch: int
+    total_frames: int
+    collector_kwargs: dict[str, Any]
+    trajectory_ids: tuple[int, int]
+    scheme: Any = None
+    version: int = 0
+    weights: dict[str, Any] | None = None
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Any:
+        """The collector, with its trajectory ids and the current weights."""
+        policy = self.policy_factory() if self.policy_factory is not None else self.policy
+        kwargs = dict(self.collector_kwargs)
+        if self.shared.get("replay_buffer") is not None:
+            kwargs["replay_buffer"] = self.shared["replay_buffer"]
+        elif _is_single_collector(self.collector_class):
+            kwargs.setdefault("return_same_td", True)  # the worker copies it to shared memory
+        collector = self.collector_class(
+            self.create_env_fn,
+            policy,
+            frames_per_batch=self.frames_per_batch,
+            total_frames=self.total_frames,
+            **kwargs,
+        )
+        collector.assign_trajectory_ids(*self.trajectory_ids)
+        if self.weights is not None:
+            collector.apply_weights(self.weights, self.version)
+        return collector
+
+
+def _is_single_collector(collector_class: Any) -> bool:
+    from rlcollect.collectors.collector import Collector
+
+    target = getattr(collector_class, "func", collector_class)  # functools.partial
+    return isinstance(target, type) and issubclass(target, Collector)
+
+
+def run_collector_worker(
+    index: int, connection: Connection, spec_bytes: bytes, shared: Any
+) -> None:
+    """Serve one collector (the target `bootstrap` runs): build it, report its batch size,
+    answer commands until `CLOSE` or until the parent's pipe closes, then shut it down."""
+    try:
+        spec: WorkerSpec = pickle.loads(spec_bytes)
+        spec.shared = shared
+        collector = spec.build()
+        ready = {"frames_per_batch": collector.frames_per_batch}
+    except BaseException as err:  # sys.exit() in a factory is reported like any error
+        connection.send_bytes(error_reply(err, "building the collector"))
+        return
+    connection.send_bytes(OK + pickle.dumps(ready))
+    server = CollectorServer(collector, spec.scheme, shared.get("weights"))
+    try:
+        server.serve(connection)
+    finally:
+        server.close()
+
+
+class CollectorServer:
+    """Answers a parent's commands with one collector."""
+
+    def __init__(self, collector: Any, scheme: Any, weight_channel: Any) -> None:
+        self.collector = collector
+        self.scheme = scheme
+        self.weight_channel = weight_channel
+        self.out: TensorDictBase | None = None
+        self.paused = contextlib.ExitStack()
+        self.handlers: dict[int, Callable[[int, bytes], bytes]] = {
+            WorkerCommand.COLLECT: self.collect,
+            WorkerCommand.UPDATE_WEIGHTS: self.update_weights,
+            WorkerCommand.SEED: lambda seed, _: SEED_REPLY.pack(collector.set_seed(seed)),
+            WorkerCommand.RESET: lambda *_: self.call(collector.reset),
+            WorkerCommand.STATE_DICT: lambda *_: pickle.dumps(collector.state_dict()),
+            WorkerCommand.LOAD_STATE_DICT: self.load_state_dict,
+            WorkerCommand.START: self.start,
+            WorkerCommand.PAUSE: lambda *_: self.call(self.paused.enter_context, collector.pause()),
+            WorkerCommand.RESUME: lambda *_: self.call(self.paused.close),
+            WorkerCommand.STOP: lambda *_: self.call(collector.async_shutdown, close_env=False),
+            WorkerCommand.STATS: lambda *_: pickle.dumps(collector.stats()),
+            WorkerCommand.TRAJECTORY_IDS: self.assign_trajectory_ids,
+        }
+
+    @staticmethod
+    def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+        function(*args, **kwargs)
+        return b""
+
+    def serve(self, connection: Connection) -> None:
+        while True:
+            try:
+                message = connection.recv_bytes()
+            except (EOFError, OSError):
+                return
+            command, argument = HEADER.unpack_from(message)
+            if command == WorkerCommand.CLOSE:
+                return
+            try:
+                handler = self.handlers[command]
+                reply = OK + handler(argument, message[HEADER.size :])
+            except BaseException as err:  # SystemExit / KeyboardInterrupt from an env too
+                reply = error_reply(err, describe_command(message))
+            connection.send_bytes(reply)
+
+    def collect(self, _: int, __: bytes) -> bytes:
+        """One batch, copied into the shared-memory batch (made on the first call); a
+        collector with a replay buffer extends it instead and only the count comes back."""
+        batch = self.collector.next()
+        version = int(getattr(self.collector, "policy_version", 0))
+        if batch is None:
+            return BATCH_REPLY.pack(self.collector.frames_per_batch, version, False)
+        first = self.out is None
+        if self.out is None:
+            self.out = batch.clone().share_memory_()
+        else:
+            self.out.update_(batch)
+        reply = BATCH_REPLY.pack(batch.numel(), version, first)
+        if first:
+            reply += bytes(ForkingPickler.dumps(self.out))
+        return reply
+
+    def update_weights(self, version: int, payload: bytes) -> bytes:
+        timeout, scheme_payload = pickle.loads(payload)
+        weights = self.scheme.unpack(self.weight_channel, scheme_payload)
+        if weights is not None:
+            self.collector.apply_weights(weights, version, timeout)
+        return b""
+
+    def start(self, frames: int, _: bytes) -> bytes:
+        """Fill the replay buffer in the background; `frames` > 0 caps this worker's total
+        (its share of the parent's `total_frames`), counted from what it has collected."""
+        if frames > 0:
+            self.collector.total_frames = self.collector.frames + frames
+        self.collector.start()
+        return b""
+
+    def assign_trajectory_ids(self, _: int, payload: bytes) -> bytes:
+        self.collector.assign_trajectory_ids(*pickle.loads(payload))
+        return b""
+
+    def load_state_dict(self, _: int, payload: bytes) -> bytes:
+        self.collector.load_state_dict(pickle.loads(payload))
+        return b""
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.paused.close()
+        self.collector.shutdown()

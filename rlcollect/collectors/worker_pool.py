@@ -1,0 +1,272 @@
+"""`WorkerPool`: a multi-process collector's workers, their commands, replies and restarts.
+
+Each worker is a `WorkerSlot`: its process handle, the commands it has not answered yet (in
+order: a worker answers one command at a time), and its shared-memory batch. Waiting for one
+reply handles the replies that come before it (a batch that finished while an update was on
+its way), so a collector that keeps batches in flight can still send control commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection
+import pickle
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import cloudpickle
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.worker import (
+    BATCH_REPLY,
+    WorkerCommand,
+    WorkerSpec,
+    describe_command,
+    run_collector_worker,
+)
+from rlcollect.envs.worker_process import (
+    LIVENESS_INTERVAL,
+    WorkerHandle,
+    encode,
+    shut_down_workers,
+)
+from rlcollect.errors import MisuseError, WorkerError
+
+# Seconds a closing worker gets to close its envs before it is terminated.
+CLOSE_TIMEOUT = 5.0
+# Trajectory ids of a restarted worker move on by this many of its ids, so they never meet
+# the ids its predecessor handed out.
+RESTART_ID_GAP = 2**32
+
+
+@dataclass
+class WorkerSlot:
+    """One worker of a pool: its process, unanswered commands and latest batch."""
+
+    index: int
+    handle: WorkerHandle
+    frames_per_batch: int = 0
+    pending: deque[int] = field(default_factory=deque)
+    batch: TensorDictBase | None = None
+    has_batch: bool = False
+    frames: int = 0
+    last_frames: int = 0
+    restarts: int = 0
+    policy_version: int = 0
+    seed: int | None = None
+    deadline: float = float("inf")
+
+    def send(self, command: WorkerCommand, argument: int = 0, payload: bytes = b"") -> None:
+        self.handle.send(encode(command, argument, payload))
+        self.pending.append(command)
+
+    def launch(self, deadline: float) -> None:
+        """Ask for the next batch, to be answered by `deadline` (a monotonic time)."""
+        self.has_batch = False
+        self.deadline = deadline
+        self.send(WorkerCommand.COLLECT)
+
+    def take_batch(self, payload: bytes) -> None:
+        """Record a COLLECT reply: the batch now waits in shared memory."""
+        frames, version, with_handle = BATCH_REPLY.unpack_from(payload)
+        if with_handle:
+            self.batch = pickle.loads(payload[BATCH_REPLY.size :])
+        self.has_batch = True
+        self.frames += frames
+        self.last_frames = frames
+        self.policy_version = version
+
+
+class WorkerPool:
+    """Starts, commands, restarts and shuts down the worker processes of a collector.
+
+    Args:
+        specs: one `WorkerSpec` per worker.
+        context: the multiprocessing context.
+
+    Keyword Args:
+        num_sub_threads: torch threads per worker.
+        worker_timeout: seconds a worker may take to answer a command (a batch included).
+        restart_dead_workers: replace a worker that died instead of failing.
+        startup_timeout: seconds the workers may take to build their collectors.
+        on_failure: called before a worker failure is raised (the owner shuts down).
+        current_weights: `() -> (weights, version)`, what a restarted worker starts with.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[WorkerSpec],
+        context: BaseContext,
+        *,
+        num_sub_threads: int,
+        worker_timeout: float | None,
+        restart_dead_workers: bool,
+        startup_timeout: float,
+        on_failure: Callable[[], None],
+        current_weights: Callable[[], tuple[dict[str, Any] | None, int]],
+    ) -> None:
+        self.specs = list(specs)
+        self.context = context
+        self.num_sub_threads = num_sub_threads
+        self.worker_timeout = worker_timeout
+        self.restart_dead_workers = restart_dead_workers
+        self.on_failure = on_failure
+        self.current_weights = current_weights
+        self._handles: list[WorkerHandle] = []
+        self._finalizer = weakref.finalize(
+            self, shut_down_workers, self._handles, encode(WorkerCommand.CLOSE), CLOSE_TIMEOUT
+        )
+        self.slots: list[WorkerSlot] = []
+        try:
+            for index in range(len(self.specs)):
+                self.slots.append(WorkerSlot(index, self._start_process(index)))
+            for slot in self.slots:
+                self._await_ready(slot, startup_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- processes ------------------------------------------------------------------------------
+
+    def _start_process(self, index: int) -> WorkerHandle:
+        spec = self.specs[index]
+        shared, spec.shared = spec.shared, {}
+        try:
+            spec_bytes = cloudpickle.dumps(spec)
+        finally:
+            spec.shared = shared
+        handle = WorkerHandle(
+            index,
+            self.context,
+            run_collector_worker,
+            (spec_bytes, shared),
+            name=f"rlcollect-collector-worker-{index}",
+            daemon=False,  # a worker may run a ParallelEnv or workers of its own
+            num_threads=self.num_sub_threads,
+            describe=describe_command,
+        )
+        self._handles.append(handle)
+        return handle
+
+    def _await_ready(self, slot: WorkerSlot, timeout: float) -> None:
+        ready = pickle.loads(slot.handle.receive(timeout))
+        slot.frames_per_batch = int(ready["frames_per_batch"])
+
+    def restart(self, slot: WorkerSlot, weights: dict[str, Any] | None, version: int) -> None:
+        """Replace the dead worker of `slot` by a fresh one with the current weights, its seed
+        moved on, and trajectory ids of its own; commands it had not answered are sent again
+        (but an update, which the fresh worker starts with)."""
+        lost = [command for command in slot.pending if command != WorkerCommand.UPDATE_WEIGHTS]
+        spec = self.specs[slot.index]
+        spec.weights, spec.version = weights, version
+        offset, stride = spec.trajectory_ids
+        spec.trajectory_ids = (offset + stride * RESTART_ID_GAP, stride)
+        old = slot.handle
+        with contextlib.suppress(ValueError):
+            self._handles.remove(old)
+        old.finish(timeout=0.1)
+        slot.handle = self._start_process(slot.index)
+        slot.pending.clear()
+        slot.batch, slot.has_batch = None, False
+        slot.restarts += 1
+        self._await_ready(slot, CLOSE_TIMEOUT * 60)
+        if slot.seed is not None:
+            slot.send(WorkerCommand.SEED, slot.seed + 7919 * slot.restarts)
+            self.await_reply(slot, WorkerCommand.SEED)
+        for command in lost:
+            slot.send(WorkerCommand(command))
+
+    # --- commands and replies -------------------------------------------------------------------
+
+    def request(
+        self,
+        slots: Sequence[WorkerSlot],
+        command: WorkerCommand,
+        argument: int = 0,
+        payload: bytes = b"",
+        timeout: float | None = None,
+    ) -> list[bytes]:
+        """Send `command` to every slot of `slots`, then wait for each answer (by a common
+        deadline, `timeout` or the worker timeout)."""
+        self.check_open()
+        for slot in slots:
+            slot.send(command, argument, payload)
+        deadline = self.deadline(timeout)
+        return [self.await_reply(slot, command, deadline) for slot in slots]
+
+    def deadline(self, timeout: float | None = None) -> float:
+        timeout = self.worker_timeout if timeout is None else timeout
+        return float("inf") if timeout is None else time.monotonic() + timeout
+
+    def await_reply(
+        self, slot: WorkerSlot, command: WorkerCommand, deadline: float = float("inf")
+    ) -> bytes:
+        """Read `slot`'s replies up to the one to `command` and return its payload; batches
+        that finish on the way are recorded. A dead worker is restarted when allowed; any
+        other failure shuts the collector down and raises."""
+        try:
+            while True:
+                expected = slot.pending[0]
+                timeout = None
+                if deadline != float("inf"):
+                    timeout = max(0.0, deadline - time.monotonic())
+                try:
+                    payload = slot.handle.receive(timeout)
+                except WorkerError:
+                    if not (self.restart_dead_workers and not slot.handle.process.is_alive()):
+                        raise
+                    self.restart(slot, *self.current_weights())
+                    if command not in slot.pending:
+                        return b""
+                    # The fresh worker answers again what was lost: give it a full timeout.
+                    deadline = slot.deadline = max(deadline, self.deadline())
+                    continue
+                slot.pending.popleft()
+                if expected == WorkerCommand.COLLECT:
+                    slot.take_batch(payload)
+                if expected == command:
+                    return payload
+        except BaseException:
+            self.on_failure()
+            raise
+
+    def await_first_batch(self, slots: Sequence[WorkerSlot]) -> WorkerSlot:
+        """The first slot of `slots` with a batch waiting: one already recorded, else the first
+        whose COLLECT reply arrives (each slot by its own deadline, set when it was sent)."""
+        for slot in slots:
+            if slot.has_batch:
+                return slot
+        waiting = [slot for slot in slots if WorkerCommand.COLLECT in slot.pending]
+        if not waiting:
+            raise MisuseError("no worker is collecting; send COLLECT first.")
+        while True:
+            by_connection = {slot.handle.connection: slot for slot in waiting}
+            ready = multiprocessing.connection.wait(list(by_connection), LIVENESS_INTERVAL)
+            late = [slot for slot in waiting if time.monotonic() >= slot.deadline]
+            for slot in [by_connection[connection] for connection in ready] + late:
+                self.await_reply(slot, WorkerCommand.COLLECT, slot.deadline)
+                if slot.has_batch:
+                    return slot
+
+    # --- state ----------------------------------------------------------------------------------
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the workers (empty once closed)."""
+        return [slot.handle.pid for slot in self.slots] if self._handles else []
+
+    def check_open(self) -> None:
+        if not self._handles:
+            raise MisuseError("the collector is shut down; build a new one.")
+
+    def alive(self, slot: WorkerSlot) -> bool:
+        return bool(self._handles) and slot.handle.process.is_alive()
+
+    def close(self) -> None:
+        """Stop every worker (bounded: a worker that does not exit in time is terminated)."""
+        self._finalizer()
