@@ -32,6 +32,10 @@ class WorkerError(RLCollectError, RuntimeError):
         super().__init__(text)
 
 
+class WorkerTimeoutError(WorkerError):
+    """A worker did not answer in time (an env step or a grandchild that never returns)."""
+
+
 def describe_worker_path(path: tuple[int, ...]) -> str:
     """`worker 1 -> worker 0` for the path `(1, 0)`."""
     return " -> ".join(f"worker {index}" for index in path)

@@ -35,7 +35,7 @@ from rlcollect.envs.worker_process import (
     encode,
     shut_down_workers,
 )
-from rlcollect.errors import MisuseError, WorkerError
+from rlcollect.errors import MisuseError, WorkerError, WorkerTimeoutError
 
 # Seconds a closing worker gets to close its envs before it is terminated.
 CLOSE_TIMEOUT = 5.0
@@ -231,7 +231,9 @@ class WorkerPool:
                     slot.take_batch(payload)
                 if expected == command:
                     return payload
-        except BaseException:
+        except BaseException as err:
+            hung = isinstance(err, WorkerTimeoutError) and err.path == (slot.index,)
+            self.kill_busy(spare=None if hung else slot)
             self.on_failure()
             raise
 
@@ -252,6 +254,14 @@ class WorkerPool:
                 self.await_reply(slot, WorkerCommand.COLLECT, slot.deadline)
                 if slot.has_batch:
                     return slot
+
+    def kill_busy(self, spare: WorkerSlot | None = None) -> None:
+        """End every worker still busy with a command (but `spare`) at once: after a failure
+        the collector shuts down within a bounded time, without waiting for batches or hung
+        steps to finish. A worker's own workers follow it through their lifelines."""
+        for slot in self.slots:
+            if slot is not spare and slot.pending and slot.handle.process.is_alive():
+                slot.handle.process.kill()
 
     # --- state ----------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import select
 import signal
 import struct
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rlcollect.errors import WorkerError
+from rlcollect.errors import WorkerError, WorkerTimeoutError
 
 HEADER = struct.Struct("<Bq")
 OK = b"\x00"
@@ -199,14 +200,18 @@ class WorkerHandle:
             WorkerError: the worker reported an exception (its message and traceback are in
                 the error), died, or did not answer within `timeout` seconds.
         """
-        waited = 0.0
-        while not self._is_readable(LIVENESS_INTERVAL):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = LIVENESS_INTERVAL if timeout is None else min(LIVENESS_INTERVAL, timeout)
+        while not self._is_readable(interval):
             if not self.process.is_alive():
                 raise self.death_error()
-            waited += LIVENESS_INTERVAL
-            if timeout is not None and waited >= timeout:
-                activity = self.describe(self.last_message)
-                raise WorkerError(self.index, f"no answer within {timeout:g} s to {activity}")
+            if deadline is not None:
+                interval = min(LIVENESS_INTERVAL, deadline - time.monotonic())
+                if interval <= 0:
+                    activity = self.describe(self.last_message)
+                    raise WorkerTimeoutError(
+                        self.index, f"no answer within {timeout:g} s to {activity}"
+                    )
         try:
             reply = self.connection.recv_bytes()
         except (EOFError, OSError) as err:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -63,3 +65,29 @@ class TwoObservationEnv(EnvBase):
 
     def _set_seed(self, seed: int) -> int:
         return seed + 1
+
+
+class BiasPolicy(nn.Module):
+    """Acts with its learnable bias whatever it observes: batches show which weights ran.
+
+    Loading a bias of `HANG_BIAS` never returns (a worker that stops answering an update).
+    """
+
+    HANG_BIAS = 99.0
+
+    def __init__(self, bias: float = 0.5, action_size: int = 1) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.full((action_size,), bias))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.bias.expand(*observation.shape[:-1], self.bias.shape[0]).clone()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        if float(state_dict[prefix + "bias"][0]) == self.HANG_BIAS:
+            time.sleep(3600)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+
+def bias_module(bias: float = 0.5) -> TensorDictModule:
+    """`BiasPolicy` for Pendulum (one action) as a TensorDict module."""
+    return TensorDictModule(BiasPolicy(bias), in_keys=["observation"], out_keys=["action"])

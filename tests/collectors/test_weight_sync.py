@@ -1,0 +1,226 @@
+"""Weight sync: no aliasing, batch boundaries only, acknowledged cascades, bad weights refused."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from rlcollect import keys
+from rlcollect.collectors import (
+    MultiAsyncCollector,
+    MultiProcessWeightSyncScheme,
+    MultiSyncCollector,
+    NoWeightSyncScheme,
+    SharedMemWeightSyncScheme,
+)
+from rlcollect.errors import WorkerError
+from tests.collectors.policies import BiasPolicy, bias_module
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+]
+PENDULUM = "Pendulum-v1"
+VERSION = ("next", keys.POLICY_VERSION)
+
+
+def set_bias(policy: torch.nn.Module, value: float) -> None:
+    with torch.no_grad():
+        policy.module.bias.fill_(value)
+
+
+def assert_acted_with(batch: Any, bias: float, version: int) -> None:
+    assert torch.all(batch["action"] == bias), batch["action"].unique()
+    assert torch.all(batch[VERSION] == version), batch[VERSION].unique()
+
+
+def test_three_level_cascade_reaches_every_leaf_at_its_next_batch() -> None:
+    policy = bias_module(0.5)
+    inner = functools.partial(MultiSyncCollector, num_workers=2)
+    with MultiSyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=40,
+        collector_class=inner,
+        track_policy_version=True,
+    ) as collector:
+        assert_acted_with(collector.next(), 0.5, 0)
+        # An optimiser-like in-place change reaches no worker without an update.
+        set_bias(policy, 1.5)
+        assert_acted_with(collector.next(), 0.5, 0)
+        collector.update_policy_weights_()
+        batch = collector.next()
+        assert batch.batch_size[:2] == (2, 2)
+        assert_acted_with(batch, 1.5, 1)
+        leaves = [
+            leaf["policy_version"]
+            for worker in collector.stats()["workers"]
+            for leaf in worker["collector"]["workers"]
+        ]
+        assert leaves == [1, 1, 1, 1]
+        assert collector.policy_version == 1
+
+
+@pytest.mark.parametrize(
+    "scheme", [SharedMemWeightSyncScheme, MultiProcessWeightSyncScheme], ids=lambda s: s.__name__
+)
+def test_schemes_deliver_weights_without_aliasing(scheme: type) -> None:
+    policy = bias_module(0.5)
+    with MultiSyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        weight_sync_schemes={"policy": scheme()},
+        track_policy_version=True,
+    ) as collector:
+        set_bias(policy, -1.0)
+        collector.update_policy_weights_()
+        set_bias(policy, 2.0)  # after the update: must not leak into the workers' copy
+        assert_acted_with(collector.next(), -1.0, 1)
+        collector.update_policy_weights_(weights={"module.bias": torch.tensor([0.25])})
+        assert_acted_with(collector.next(), 0.25, 2)
+
+
+def test_no_weight_sync_scheme_keeps_the_first_weights() -> None:
+    policy = bias_module(0.5)
+    with MultiSyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        weight_sync_schemes={"policy": NoWeightSyncScheme()},
+    ) as collector:
+        set_bias(policy, 1.0)
+        collector.update_policy_weights_()
+        assert torch.all(collector.next()["action"] == 0.5)
+
+
+def test_async_batches_each_come_from_one_policy_version() -> None:
+    policy = bias_module(0.0)
+    biases = {0: 0.0}
+    with MultiAsyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=30,
+        total_frames=600,
+        track_policy_version=True,
+    ) as collector:
+        for index, batch in enumerate(collector):
+            version = int(batch[VERSION].flatten()[0])
+            assert_acted_with(batch, biases[version], version)
+            if index % 3 == 0:
+                biases[len(biases)] = float(len(biases)) / 10
+                set_bias(policy, biases[len(biases) - 1])
+                collector.update_policy_weights_()
+    assert len(biases) > 3
+
+
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_update_at_each_batch_sends_the_latest_weights(collector_class: type) -> None:
+    policy = bias_module(0.5)
+    with collector_class(
+        PENDULUM, policy, num_workers=2, frames_per_batch=20, update_at_each_batch=True
+    ) as collector:
+        collector.next()
+        set_bias(policy, -0.5)
+        # Async: a worker's batch already in flight may still use the old weights.
+        batches = [collector.next() for _ in range(4)]
+    assert torch.all(batches[-1]["action"] == -0.5)
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ({}, r"missing keys \['module.bias'\]"),
+        ({"module.bias": torch.zeros(1), "extra": torch.zeros(1)}, r"unexpected keys \['extra'\]"),
+        ({"module.bias": torch.zeros(2)}, r"weights\['module.bias'\] has shape \(2,\)"),
+        ({"module.bias": torch.zeros(1, dtype=torch.float64)}, r"dtype torch.float64"),
+    ],
+)
+def test_bad_weights_are_refused_before_anything_is_sent(weights: dict, match: str) -> None:
+    with MultiSyncCollector(
+        PENDULUM, bias_module(0.5), num_workers=2, frames_per_batch=20
+    ) as collector:
+        with pytest.raises(ValueError, match=match):
+            collector.update_policy_weights_(weights)
+        assert collector.policy_version == 0
+        assert torch.all(collector.next()["action"] == 0.5)
+
+
+def test_weights_that_require_grad_are_detached_not_a_hang() -> None:
+    trained = BiasPolicy(1.25)
+    assert trained.bias.requires_grad
+    with MultiSyncCollector(
+        PENDULUM, bias_module(0.5), num_workers=2, frames_per_batch=20
+    ) as collector:
+        started = time.monotonic()
+        collector.update_policy_weights_(trained.state_dict(keep_vars=True))
+        assert time.monotonic() - started < 5
+        assert torch.all(collector.next()["action"] == 1.25)
+
+
+def test_a_leaf_that_never_acknowledges_is_named_by_path() -> None:
+    policy = bias_module(0.5)
+    inner = functools.partial(MultiSyncCollector, num_workers=2)
+    with MultiSyncCollector(
+        PENDULUM, policy, num_workers=2, frames_per_batch=40, collector_class=inner
+    ) as collector:
+        set_bias(policy, BiasPolicy.HANG_BIAS)
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"worker \d -> worker \d failed: .*no answer within"):
+            collector.update_policy_weights_(timeout=4.0)
+        assert time.monotonic() - started < 10
+
+
+class QueueReceiver:
+    """A `weight_recv_schemes` receiver: weights put on a queue, read before each batch."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+
+    def receive(self) -> Any:
+        try:
+            return self.queue.get_nowait()
+        except queue.Empty:
+            return None
+
+
+def test_received_weights_are_forwarded_to_the_workers() -> None:
+    receiver = QueueReceiver()
+    with MultiSyncCollector(
+        PENDULUM,
+        bias_module(0.5),
+        num_workers=2,
+        frames_per_batch=20,
+        weight_recv_schemes={"policy": receiver},
+        track_policy_version=True,
+    ) as collector:
+        receiver.queue.put({"module.bias": torch.tensor([-1.5])})
+        assert_acted_with(collector.next(), -1.5, 1)
+
+
+def test_random_policies_have_no_weights_to_update() -> None:
+    with MultiSyncCollector(PENDULUM, num_workers=2, frames_per_batch=20) as collector:
+        with pytest.raises(RuntimeError, match=r"runs random actions"):
+            collector.update_policy_weights_()
+        with pytest.raises(ValueError, match=r"worker_ids has 5; workers are numbered 0..1"):
+            MultiSyncCollector._select(collector, 5)
+
+
+def test_unknown_model_ids_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"has the model id 'critic'"):
+        MultiSyncCollector(
+            PENDULUM,
+            bias_module(),
+            num_workers=1,
+            frames_per_batch=10,
+            weight_sync_schemes={"critic": SharedMemWeightSyncScheme()},
+        )
