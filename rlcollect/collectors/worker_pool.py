@@ -30,6 +30,7 @@ from rlcollect.collectors.worker import (
     run_collector_worker,
 )
 from rlcollect.envs.worker_process import (
+    HEADER,
     LIVENESS_INTERVAL,
     WorkerHandle,
     encode,
@@ -52,6 +53,7 @@ class WorkerSlot:
     handle: WorkerHandle
     frames_per_batch: int = 0
     pending: deque[int] = field(default_factory=deque)
+    messages: deque[bytes] = field(default_factory=deque)
     batch: TensorDictBase | None = None
     has_batch: bool = False
     frames: int = 0
@@ -62,8 +64,17 @@ class WorkerSlot:
     deadline: float = float("inf")
 
     def send(self, command: WorkerCommand, argument: int = 0, payload: bytes = b"") -> None:
-        self.handle.send(encode(command, argument, payload))
+        """Send a command; one sent to a dead worker stays unanswered, so that waiting for
+        its reply reports the death (or restarts the worker and sends it again)."""
+        message = encode(command, argument, payload)
         self.pending.append(command)
+        self.messages.append(message)
+        with contextlib.suppress(WorkerError):
+            self.handle.send(message)
+
+    def answered(self) -> None:
+        self.pending.popleft()
+        self.messages.popleft()
 
     def launch(self, deadline: float) -> None:
         """Ask for the next batch, to be answered by `deadline` (a monotonic time)."""
@@ -161,7 +172,11 @@ class WorkerPool:
         """Replace the dead worker of `slot` by a fresh one with the current weights, its seed
         moved on, and trajectory ids of its own; commands it had not answered are sent again
         (but an update, which the fresh worker starts with)."""
-        lost = [command for command in slot.pending if command != WorkerCommand.UPDATE_WEIGHTS]
+        lost = [
+            message
+            for command, message in zip(slot.pending, slot.messages, strict=True)
+            if command != WorkerCommand.UPDATE_WEIGHTS
+        ]
         spec = self.specs[slot.index]
         spec.weights, spec.version = weights, version
         offset, stride = spec.trajectory_ids
@@ -172,14 +187,17 @@ class WorkerPool:
         old.finish(timeout=0.1)
         slot.handle = self._start_process(slot.index)
         slot.pending.clear()
+        slot.messages.clear()
         slot.batch, slot.has_batch = None, False
         slot.restarts += 1
         self._await_ready(slot, CLOSE_TIMEOUT * 60)
         if slot.seed is not None:
             slot.send(WorkerCommand.SEED, slot.seed + 7919 * slot.restarts)
             self.await_reply(slot, WorkerCommand.SEED)
-        for command in lost:
-            slot.send(WorkerCommand(command))
+        for message in lost:
+            slot.pending.append(HEADER.unpack_from(message)[0])
+            slot.messages.append(message)
+            slot.handle.send(message)
 
     # --- commands and replies -------------------------------------------------------------------
 
@@ -226,7 +244,7 @@ class WorkerPool:
                     # The fresh worker answers again what was lost: give it a full timeout.
                     deadline = slot.deadline = max(deadline, self.deadline())
                     continue
-                slot.pending.popleft()
+                slot.answered()
                 if expected == WorkerCommand.COLLECT:
                     slot.take_batch(payload)
                 if expected == command:

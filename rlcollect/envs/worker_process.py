@@ -74,6 +74,20 @@ def worker_context(mp_start_method: str | None) -> BaseContext:
     return context
 
 
+MAIN_GUARD = 'if __name__ == "__main__":'
+
+
+def refuse_while_importing_main(name: str) -> None:
+    """Refuse to start a worker from a process that is still importing the main script: a
+    script without the `__main__` guard would otherwise start workers in every worker."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            f"{name} would start a worker process while this worker process is importing "
+            f"the main script: the script builds workers at import time. Put that code "
+            f"under {MAIN_GUARD} (worker processes import the main script again)."
+        )
+
+
 # --- worker process ---------------------------------------------------------------------------
 
 
@@ -158,6 +172,7 @@ class WorkerHandle:
         num_threads: int = 1,
         describe: Callable[[bytes], str] = repr,
     ) -> None:
+        refuse_while_importing_main(name)
         self.index = index
         self.describe = describe
         parent_end, child_end = context.Pipe(duplex=True)
@@ -210,7 +225,7 @@ class WorkerHandle:
                 if interval <= 0:
                     activity = self.describe(self.last_message)
                     raise WorkerTimeoutError(
-                        self.index, f"no answer within {timeout:g} s to {activity}"
+                        self.index, f"no answer within {round(timeout, 1):g} s to {activity}"
                     )
         try:
             reply = self.connection.recv_bytes()
@@ -227,7 +242,14 @@ class WorkerHandle:
         """The error for a worker process that is gone, with how it ended and its last command."""
         self.process.join(timeout=1.0)
         ending = exit_description(self.process.exitcode)
-        activity = self.describe(self.last_message) if self.last_message else "starting"
+        if not self.last_message:
+            return WorkerError(
+                self.index,
+                f"the worker process died ({ending}) while starting. If its own output above "
+                f"says it re-ran your script, build workers under {MAIN_GUARD} (worker "
+                "processes import the main script again).",
+            )
+        activity = self.describe(self.last_message)
         return WorkerError(
             self.index,
             f"the worker process died ({ending}) during {activity}; code that crashes the "

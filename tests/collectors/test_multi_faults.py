@@ -1,0 +1,190 @@
+"""Faults in multi-process collectors: reported fast, with tracebacks, and nothing left behind."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.errors import WorkerError
+from tests.collectors.faulty_envs import failing_env, hanging_env, healthy_env
+from tests.collectors.policies import bias_module
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+]
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def gone(pids: list[int], within: float) -> bool:
+    """Whether every process of `pids` has ended (or is a zombie) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_an_env_error_in_a_worker_is_raised_with_its_traceback() -> None:
+    collector = MultiSyncCollector(
+        [healthy_env, lambda: failing_env(7)], frames_per_batch=20, total_frames=100
+    )
+    pids = collector.process_ids()
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 1 failed: collect raised ValueError") as info:
+        list(collector)
+    assert time.monotonic() - started < 10
+    assert info.value.worker == 1
+    assert "the env broke at step 7" in str(info.value)
+    assert "in step" in info.value.remote_traceback  # the worker's own frames
+    assert gone(pids, 5), "the other workers were not shut down"
+    with pytest.raises(RuntimeError, match=r"shut down"):
+        collector.next()
+
+
+def test_a_worker_killed_by_a_signal_is_reported_by_index_and_signal() -> None:
+    with MultiSyncCollector(healthy_env, num_workers=2, frames_per_batch=20) as collector:
+        collector.next()
+        os.kill(collector.pool.pids[1], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"worker 1 failed: .*died \(signal SIGKILL\)"):
+            collector.next()
+        assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_a_killed_worker_restarts_with_the_current_weights(collector_class: type) -> None:
+    policy = bias_module(0.5)
+    with collector_class(
+        "Pendulum-v1",
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        restart_dead_workers=True,
+        track_policy_version=True,
+    ) as collector:
+        collector.next()
+        with torch.no_grad():
+            policy.module.bias.fill_(1.25)
+        collector.update_policy_weights_()
+        old_pid = collector.pool.pids[1]
+        os.kill(old_pid, signal.SIGKILL)
+        assert gone([old_pid], 5)
+        batches = [collector.next() for _ in range(6)]
+        stats = collector.stats()
+    assert [worker["restarts"] for worker in stats["workers"]] == [0, 1]
+    assert stats["workers"][1]["pid"] != old_pid
+    assert stats["workers"][1]["alive"]
+    for batch in batches[2:]:  # async: earlier ones may have been in flight before the update
+        assert torch.all(batch["action"] == 1.25)
+        assert torch.all(batch["next", "policy_version"] == 1)
+    if collector_class is MultiAsyncCollector:
+        workers = {int(batch["collector", "worker_id"][0]) for batch in batches}
+        assert workers == {0, 1}
+
+
+def test_a_worker_that_stops_answering_times_out_by_name() -> None:
+    with MultiSyncCollector(
+        [healthy_env, lambda: hanging_env(5)], frames_per_batch=20, worker_timeout=2.0
+    ) as collector:
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"worker 1 failed: no answer within 2 s to collect"):
+            collector.next()
+        assert 1.5 < time.monotonic() - started < 10
+
+
+def test_garbage_collection_without_shutdown_ends_every_worker() -> None:
+    inner = __import__("functools").partial(MultiSyncCollector, num_workers=2)
+    collector = MultiSyncCollector(
+        healthy_env, num_workers=2, frames_per_batch=20, collector_class=inner
+    )
+    collector.next()
+    pids = collector.process_ids()
+    assert len(pids) == 6
+    del collector
+    gc.collect()
+    assert gone(pids, 10)
+
+
+def test_shutdown_ends_every_worker_quickly() -> None:
+    collector = MultiSyncCollector(healthy_env, num_workers=2, frames_per_batch=20)
+    collector.next()
+    pids = collector.process_ids()
+    started = time.monotonic()
+    collector.shutdown()
+    assert time.monotonic() - started < 2
+    assert gone(pids, 5)
+
+
+SCRIPT = """
+    import sys
+    from rlcollect.collectors import MultiSyncCollector
+    {guard}
+        collector = MultiSyncCollector(
+            "CartPole-v1", num_workers=2, frames_per_batch=400,
+            collector_class=__import__("functools").partial(MultiSyncCollector, num_workers=2),
+        )
+        print(" ".join(map(str, collector.process_ids())), flush=True)
+        while True:
+            collector.next()
+"""
+
+
+def run_script(tmp_path: Path, guard: str) -> subprocess.Popen:
+    script = tmp_path / "collect.py"
+    script.write_text(textwrap.dedent(SCRIPT).replace("{guard}", guard))
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=REPOSITORY,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_parent_ends_every_process(tmp_path: Path) -> None:
+    process = run_script(tmp_path, 'if __name__ == "__main__":')
+    try:
+        pids = [int(pid) for pid in process.stdout.readline().split()]
+        assert len(pids) == 6, process.stderr.read()
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=15)
+    finally:
+        process.kill()
+        process.wait()
+    assert "KeyboardInterrupt" in stderr
+    assert gone(pids, 10)
+
+
+@pytest.mark.slow
+def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:
+    process = run_script(tmp_path, "if True:")
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode != 0
+    assert 'under if __name__ == "__main__":' in stderr
+    assert "worker 0 failed: the worker process died" in stderr
