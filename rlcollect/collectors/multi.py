@@ -356,6 +356,7 @@ class MultiCollectorBase:
     ) -> None:
         """Send validated weights as `version` to the workers and wait for every
         acknowledgement (what a parent collector's update calls in a worker)."""
+        self.pool.check_open()
         timeout = UPDATE_TIMEOUT if timeout is None else timeout
         slots = self._select(worker_ids)
         self._weights = {name: tensor.detach().clone() for name, tensor in weights.items()}
@@ -468,17 +469,19 @@ class MultiCollectorBase:
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
         workers = []
         for slot, reply in zip(self.pool.slots, replies, strict=True):
+            collector = pickle.loads(reply)
             workers.append(
                 {
                     "pid": slot.handle.pid,
                     "alive": self.pool.alive(slot),
-                    "frames": slot.frames,
+                    # What it handed back, or what it wrote to the buffer in the background.
+                    "frames": max(slot.frames, int(collector["frames"])),
                     "restarts": slot.restarts,
                     "policy_version": slot.policy_version,
-                    "collector": pickle.loads(reply),
+                    "collector": collector,
                 }
             )
-        frames = self.frames or sum(worker["collector"]["frames"] for worker in workers)
+        frames = self.frames or sum(worker["frames"] for worker in workers)
         return {
             "frames": frames,
             "total_frames": self.total_frames,
@@ -502,8 +505,9 @@ class MultiCollectorBase:
         return pids
 
     def shutdown(self, close_env: bool = True) -> None:
-        """Stop every worker; bounded in time, idempotent."""
+        """Stop every worker and release the shared memory; bounded in time, idempotent."""
         self.pool.close()
+        self.scheme.close()
 
     def __enter__(self) -> MultiCollectorBase:
         return self

@@ -47,6 +47,9 @@ class WeightSyncScheme(ABC):
         """What worker `worker` is handed at start (None by default)."""
         return None
 
+    def close(self) -> None:  # noqa: B027
+        """Release what `connect` made, once the workers are gone (nothing, by default)."""
+
     @abstractmethod
     def pack(self, weights: Weights) -> bytes:
         """The payload of one update, sent to every worker."""
@@ -82,6 +85,13 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
 
     def channel(self, worker: int) -> Any:
         return self._shared
+
+    def close(self) -> None:
+        self._shared = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A worker receives the copy through its channel; the sender's side stays here.
+        return {"_shared": None}
 
     def pack(self, weights: Weights) -> bytes:
         if self._shared is None:

@@ -296,5 +296,8 @@ class WorkerPool:
         return bool(self._handles) and slot.handle.process.is_alive()
 
     def close(self) -> None:
-        """Stop every worker (bounded: a worker that does not exit in time is terminated)."""
+        """Stop every worker (bounded: a worker that does not exit in time is terminated) and
+        unmap their shared-memory batches."""
         self._finalizer()
+        for slot in self.slots:
+            slot.batch, slot.has_batch = None, False
