@@ -166,3 +166,21 @@ def nothing_left_at_os_level() -> Iterator[None]:
         left = leftover_processes(processes)
     assert not left, f"processes left behind: {left}"
     assert shared_memory_held() <= shared, "shared memory is still mapped or held open"
+
+
+def processes_gone(pids: list[int], within: float) -> bool:
+    """Whether every process of `pids` has ended (or is a zombie) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False

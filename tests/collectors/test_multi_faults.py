@@ -18,30 +18,13 @@ from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.errors import WorkerError
 from tests.collectors.faulty_envs import failing_env, hanging_env, healthy_env
 from tests.collectors.policies import bias_module
+from tests.conftest import processes_gone as gone
 
 pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 REPOSITORY = Path(__file__).resolve().parents[2]
-
-
-def gone(pids: list[int], within: float) -> bool:
-    """Whether every process of `pids` has ended (or is a zombie) within `within` seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state != "Z":
-                alive.append(pid)
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_an_env_error_in_a_worker_is_raised_with_its_traceback() -> None:

@@ -13,11 +13,12 @@ from rlcollect import keys
 from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
 from rlcollect.testing import CountingEnv
+from tests.conftest import processes_gone as gone
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leftover_children")]
-# TorchRL's ReplayBuffer keeps process-wide semaphores from its first use on, so the check of
-# mapped shared memory runs on every test here but the TorchRL one.
-OUR_MEMORY_ONLY = pytest.mark.usefixtures("nothing_left_at_os_level")
+pytestmark = pytest.mark.timeout(120)
+# Every test here checks that its processes and shared memory are gone, the one that uses
+# TorchRL's replay buffer by hand: that buffer leaves named semaphores of its own behind.
+NOTHING_LEFT = pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
 
 
 def counting_env() -> CountingEnv:
@@ -51,7 +52,7 @@ def assert_every_frame_once(stored: object) -> None:
         assert steps == list(range(steps[0], steps[0] + len(steps))), "a frame is missing"
 
 
-@OUR_MEMORY_ONLY
+@NOTHING_LEFT
 @pytest.mark.parametrize("kind", ["tensor", "memmap"])
 def test_start_fills_one_shared_buffer_from_every_worker(kind: str, tmp_path: Path) -> None:
     buffer = shared_buffer(kind, tmp_path)
@@ -73,7 +74,7 @@ def test_start_fills_one_shared_buffer_from_every_worker(kind: str, tmp_path: Pa
     buffer.close()
 
 
-@OUR_MEMORY_ONLY
+@NOTHING_LEFT
 def test_pause_freezes_every_writer() -> None:
     buffer = shared_buffer("tensor", Path())
     with MultiAsyncCollector(
@@ -91,7 +92,7 @@ def test_pause_freezes_every_writer() -> None:
     buffer.close()
 
 
-@OUR_MEMORY_ONLY
+@NOTHING_LEFT
 def test_iteration_with_a_buffer_extends_it_from_the_workers() -> None:
     buffer = shared_buffer("tensor", Path())
     with MultiSyncCollector(
@@ -102,9 +103,9 @@ def test_iteration_with_a_buffer_extends_it_from_the_workers() -> None:
     buffer.close()
 
 
-def test_torchrl_envs_run_in_workers_and_batches_extend_torchrl_buffers() -> None:
+@NOTHING_LEFT
+def test_torchrl_envs_run_in_workers() -> None:
     torchrl_envs = pytest.importorskip("torchrl.envs")
-    torchrl_data = pytest.importorskip("torchrl.data")
     with MultiSyncCollector(
         lambda: torchrl_envs.GymEnv("CartPole-v1"),
         num_workers=2,
@@ -112,11 +113,24 @@ def test_torchrl_envs_run_in_workers_and_batches_extend_torchrl_buffers() -> Non
         total_frames=200,
     ) as collector:
         batches = list(collector)
-    buffer = torchrl_data.ReplayBuffer(storage=torchrl_data.LazyTensorStorage(1000))
     for batch in batches:
         assert batch.batch_size == torch.Size([2, 50])
+        assert batch.names == [None, "time"]
+        assert batch["next", "observation"].shape == (2, 50, 4)
+
+
+def test_batches_extend_torchrl_buffers() -> None:
+    torchrl_data = pytest.importorskip("torchrl.data")
+    with MultiSyncCollector(
+        counting_env, num_workers=2, frames_per_batch=20, total_frames=40
+    ) as collector:
+        batches = list(collector)
+        pids = collector.process_ids()
+    assert gone(pids, 5)
+    buffer = torchrl_data.ReplayBuffer(storage=torchrl_data.LazyTensorStorage(1000))
+    for batch in batches:
         buffer.extend(batch.reshape(-1))
-    assert len(buffer) == 200
+    assert len(buffer) == 40
     sample = buffer.sample(32)
-    assert sample["next", "observation"].shape == (32, 4)
+    assert sample["next", "observation"].shape == (32, 1)
     assert sample[keys.TRAJ_IDS].shape == (32,)
