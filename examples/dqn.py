@@ -28,6 +28,7 @@ from common.config import (
     ConfigError,
     build,
     build_partial,
+    collector_has_workers,
     refuse_collector_option,
     resume_path,
     run_or_exit,
@@ -211,7 +212,9 @@ def train(cfg: DictConfig) -> None:
     policy = EpsilonGreedy(q_network, cfg.dqn.start_epsilon)
     optimizer = build(cfg, "optim", params=q_network.parameters())
     learner = Learner(cfg, q_network, optimizer, key)
-    replay_buffer = build(cfg, "replay_buffer")
+    # Collector workers write the buffer themselves: it must be in shared memory then.
+    shared = {"shared": True} if collector_has_workers(cfg) else {}
+    replay_buffer = build(cfg, "replay_buffer", **shared)
     # The collector acts with its own copy; the learner pushes weights and epsilon to it.
     collector_policy = TensorDictModule(
         copy.deepcopy(policy), in_keys=[key], out_keys=[keys.ACTION]

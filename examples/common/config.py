@@ -185,6 +185,21 @@ def build_partial(cfg: DictConfig, key: str) -> Any:
         ) from err
 
 
+def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
+    """Whether the collector at `key` runs worker processes (a replay buffer it fills must
+    then live in shared memory)."""
+    from hydra.utils import get_class
+
+    from rlcollect.collectors.multi import MultiCollectorBase
+
+    require_target(cfg, key)
+    try:
+        target = get_class(value_at(cfg, key)["_target_"])
+    except Exception:  # a bad target is reported, by name, when the collector is built
+        return False
+    return isinstance(target, type) and issubclass(target, MultiCollectorBase)
+
+
 def run_or_exit(train: Callable[[DictConfig], None], cfg: DictConfig) -> None:
     """Run a script's `train(cfg)`; a config error ends the run with its message, no traceback."""
     try:

@@ -22,6 +22,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.options import BatchOptions, _check_int, validate_frames
 from rlcollect.collectors.weight_sync import (
@@ -122,6 +123,27 @@ def _in_worker_process() -> bool:
     return multiprocessing.parent_process() is not None
 
 
+def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The episode statistics of `Collector.stats()` over all workers: episodes summed, the
+    mean returns averaged over the workers that have finished any (weighted by how many
+    episodes each window holds)."""
+    episodes = sum(int(worker.get("episodes", 0)) for worker in workers)
+    last = [w["mean_episode_return"] for w in workers if w.get("episodes", 0) > 0]
+    windows = [
+        (w["mean_return_last_100"], min(int(w["episodes"]), RECENT_EPISODES))
+        for w in workers
+        if w.get("episodes", 0) > 0
+    ]
+    weight = sum(count for _, count in windows)
+    return {
+        "episodes": episodes,
+        "mean_episode_return": sum(last) / len(last) if last else float("nan"),
+        "mean_return_last_100": (
+            sum(value * count for value, count in windows) / weight if weight else float("nan")
+        ),
+    }
+
+
 class MultiCollectorBase:
     """Runs one collector per worker process; subclasses gather their batches.
 
@@ -193,9 +215,12 @@ class MultiCollectorBase:
             else None
         )
         self.policy_version = 0
-        self.frames = 0
+        self._frames = 0
+        # Frames each worker wrote to the replay buffer (they count; this process reads).
+        self._frames_written = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.iterations = 0
         self._start_time: float | None = None
+        self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
         if num_threads is not None or not _in_worker_process():
             cores = os.cpu_count() or 1
             torch.set_num_threads(num_threads or max(1, cores - num_workers))
@@ -219,8 +244,10 @@ class MultiCollectorBase:
                 },
                 trajectory_ids=(index, num_workers),
                 scheme=self.scheme,
+                index=index,
                 shared={
                     "replay_buffer": replay_buffer,
+                    "frames_written": self._frames_written,
                     "weights": self.scheme.channel(index),
                 },
             )
@@ -265,6 +292,12 @@ class MultiCollectorBase:
         return -(-total_frames // self.frames_per_batch) * self.frames_per_batch
 
     # --- iteration ------------------------------------------------------------------------------
+
+    @property
+    def frames(self) -> int:
+        """Frames collected: handed out by `next()`, or written to the replay buffer by the
+        workers (in the background too)."""
+        return self._frames + int(self._frames_written.sum())
 
     @property
     def is_done(self) -> bool:
@@ -389,9 +422,13 @@ class MultiCollectorBase:
                 "start() fills a replay buffer; pass replay_buffer=ReplayBuffer(..., "
                 "shared=True) to the collector."
             )
+        if self._start_time is None:
+            self._start_time = time.perf_counter()
         left = self.total_frames - self.frames if self.total_frames > 0 else 0
+        every_batch = sum(slot.frames_per_batch for slot in self.pool.slots)
         for slot in self.pool.slots:
-            share = -(-left * slot.frames_per_batch // self.frames_per_batch) if left else 0
+            # In proportion to the worker's batch, in whole batches (0: no limit).
+            share = -(-left * slot.frames_per_batch // every_batch)
             share = -(-share // slot.frames_per_batch) * slot.frames_per_batch
             self.pool.request([slot], WorkerCommand.START, share)
 
@@ -402,14 +439,20 @@ class MultiCollectorBase:
         try:
             yield
         finally:
-            if self.pool.slots and self.pool._handles:
+            if self.pool.is_open:
                 self.pool.request(self.pool.slots, WorkerCommand.RESUME)
 
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop background collection in every worker (and the workers too, with
-        `close_env`)."""
-        if self.pool._handles:
+        """Stop background collection in every worker, and with `close_env` the workers too.
+
+        A batch being collected is abandoned, as `Collector.async_shutdown` does. With
+        `close_env`, the final `state_dict()` and `stats()` are kept: both still answer
+        afterwards (e.g. for a last checkpoint), as they do for a single collector.
+        """
+        if self.pool.is_open:
             self.pool.request(self.pool.slots, WorkerCommand.STOP, timeout=timeout)
+            if close_env:
+                self._final = (self.state_dict(), self.stats())
         if close_env:
             self.shutdown()
 
@@ -439,7 +482,10 @@ class MultiCollectorBase:
             self.pool.request([slot], WorkerCommand.TRAJECTORY_IDS, 0, payload)
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters, the policy version and every worker's own state."""
+        """Counters, the policy version and every worker's own state (after
+        `async_shutdown()`, the state the workers ended with)."""
+        if self._final is not None and not self.pool.is_open:
+            return self._final[0]
         replies = self.pool.request(self.pool.slots, WorkerCommand.STATE_DICT)
         return {
             "frames": self.frames,
@@ -457,14 +503,16 @@ class MultiCollectorBase:
             )
         for slot, worker_state in zip(self.pool.slots, workers, strict=True):
             self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))
-        self.frames = int(state["frames"])
+        self._frames = int(state["frames"]) - int(self._frames_written.sum())
         self.iterations = int(state["iterations"])
         self.policy_version = int(state["policy_version"])
 
     def stats(self) -> dict[str, Any]:
         """Frames, batches, frames/s, the policy version and, per worker: its pid, whether it is
         alive, frames, restarts, policy version, and its own statistics (with its workers',
-        for a worker that has workers)."""
+        for a worker that has workers). After `async_shutdown()`, those it ended with."""
+        if self._final is not None and not self.pool.is_open:
+            return self._final[1]
         replies = self.pool.request(self.pool.slots, WorkerCommand.STATS)
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
         workers = []
@@ -481,14 +529,14 @@ class MultiCollectorBase:
                     "collector": collector,
                 }
             )
-        frames = self.frames or sum(worker["frames"] for worker in workers)
         return {
-            "frames": frames,
+            "frames": self.frames,
             "total_frames": self.total_frames,
             "batches": self.iterations,
             "completed": self.is_done,
             "frames_per_second": self.frames / elapsed if elapsed > 0 else 0.0,
             "policy_version": self.policy_version,
+            **episode_statistics([worker["collector"] for worker in workers]),
             "workers": workers,
         }
 

@@ -76,10 +76,10 @@ class MultiAsyncCollector(MultiCollectorBase):
         """Count `slot`'s batch and copy it out of shared memory (the worker overwrites it
         with its next batch)."""
         slot.has_batch = False
-        self.frames += slot.last_frames
         self.iterations += 1
         if self.options.replay_buffer is not None:
-            return None
+            return None  # the worker wrote the batch, and counted it
+        self._frames += slot.last_frames
         batch = slot.batch.clone()
         batch.set(
             keys.WORKER_ID,

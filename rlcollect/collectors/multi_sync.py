@@ -113,11 +113,11 @@ class MultiSyncCollector(MultiCollectorBase):
         slots = self.pool.slots
         frames_before = sum(slot.frames for slot in slots)
         self.pool.request(slots, WorkerCommand.COLLECT)
-        self.frames += sum(slot.frames for slot in slots) - frames_before
         self.iterations += 1
         for slot in slots:
             slot.has_batch = False
         if self.options.replay_buffer is not None:
-            return None
+            return None  # the workers wrote the batch, and counted it
+        self._frames += sum(slot.frames for slot in slots) - frames_before
         batch = gather_batches([slot.batch for slot in slots], self.cat_results)
         return self._finish(batch)

@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 
 from rlcollect.envs.worker_process import HEADER, OK, error_reply
@@ -73,6 +74,7 @@ class WorkerSpec:
     total_frames: int
     collector_kwargs: dict[str, Any]
     trajectory_ids: tuple[int, int]
+    index: int = 0
     scheme: Any = None
     version: int = 0
     weights: dict[str, Any] | None = None
@@ -83,7 +85,9 @@ class WorkerSpec:
         policy = self.policy_factory() if self.policy_factory is not None else self.policy
         kwargs = dict(self.collector_kwargs)
         if self.shared.get("replay_buffer") is not None:
-            kwargs["replay_buffer"] = self.shared["replay_buffer"]
+            kwargs["replay_buffer"] = CountingBuffer(
+                self.shared["replay_buffer"], self.shared["frames_written"], self.index
+            )
         elif _is_single_collector(self.collector_class):
             kwargs.setdefault("return_same_td", True)  # the worker copies it to shared memory
         collector = self.collector_class(
@@ -97,6 +101,31 @@ class WorkerSpec:
         if self.weights is not None:
             collector.apply_weights(self.weights, self.version)
         return collector
+
+
+class CountingBuffer:
+    """A worker's view of the shared replay buffer: every `extend` also adds the frames it
+    wrote to the worker's slot of a shared counter, so the parent knows how many frames its
+    workers wrote in the background without asking them."""
+
+    def __init__(self, buffer: Any, frames_written: torch.Tensor, index: int) -> None:
+        self.buffer = buffer
+        self.frames_written = frames_written
+        self.index = index
+
+    def extend(self, data: Any) -> Any:
+        written = self.buffer.extend(data)
+        self.frames_written[self.index] += data.numel()
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.buffer, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 def _is_single_collector(collector_class: Any) -> bool:

@@ -286,14 +286,19 @@ class WorkerPool:
     @property
     def pids(self) -> list[int]:
         """The process ids of the workers (empty once closed)."""
-        return [slot.handle.pid for slot in self.slots] if self._handles else []
+        return [slot.handle.pid for slot in self.slots] if self.is_open else []
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the workers run (until `close()`)."""
+        return bool(self._handles)
 
     def check_open(self) -> None:
         if not self._handles:
             raise MisuseError("the collector is shut down; build a new one.")
 
     def alive(self, slot: WorkerSlot) -> bool:
-        return bool(self._handles) and slot.handle.process.is_alive()
+        return self.is_open and slot.handle.process.is_alive()
 
     def close(self) -> None:
         """Stop every worker (bounded: a worker that does not exit in time is terminated) and

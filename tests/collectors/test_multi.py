@@ -314,3 +314,13 @@ def test_a_shut_down_collector_refuses_work() -> None:
     collector.shutdown()
     with pytest.raises(RuntimeError, match=r"shut down; build a new one"):
         collector.next()
+
+
+def test_spawned_workers_collect_the_same_as_forkserver_ones() -> None:
+    def run(method: str) -> torch.Tensor:
+        with MultiSyncCollector(
+            counting_env, num_workers=2, frames_per_batch=8, mp_start_method=method
+        ) as collector:
+            return collector.next()["next", "observation"]
+
+    assert torch.equal(run("spawn"), run("forkserver"))

@@ -62,9 +62,12 @@ def test_start_fills_one_shared_buffer_from_every_worker(kind: str, tmp_path: Pa
         collector.start()
         wait_until(lambda: buffer.write_count >= 800)
         time.sleep(0.2)
-        stats = collector.stats()
         collector.async_shutdown()
+        # What the workers ended with stays readable, for a last checkpoint.
+        stats, state = collector.stats(), collector.state_dict()
+        assert collector.is_done
     assert buffer.write_count == stats["frames"] == 800
+    assert [worker["frames"] for worker in state["workers"]] == [400, 400]
     assert [worker["frames"] for worker in stats["workers"]] == [400, 400]
     stored = buffer[torch.arange(len(buffer))]
     assert_every_frame_once(stored)

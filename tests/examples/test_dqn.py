@@ -80,3 +80,20 @@ def test_dqn_trains_in_the_background_then_resumes(tmp_path: Path) -> None:
     check_succeeded(moved)
     best = torch.load(elsewhere / "best_policy.pt", weights_only=True)
     assert best["eval_return"] >= best_so_far
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_dqn_trains_with_async_workers_writing_the_buffer(tmp_path: Path) -> None:
+    result = run_script(
+        "dqn", tmp_path, *TINY, "collector=multiasync", "collector.total_frames=2048"
+    )
+    check_succeeded(result)
+    check_run_outputs(tmp_path)
+    rows = metric_rows(tmp_path)
+    assert int(rows[-1]["frames"]) == 2048, "the workers stop at their shares of total_frames"
+    assert int(rows[-1]["buffer_size"]) == 2048
+    assert checkpoint_frames(tmp_path) == 2048
+    assert int(rows[-1]["updates"]) > 0
+    assert float(rows[-1]["epsilon"]) < 1.0

@@ -56,3 +56,19 @@ def test_ppo_config_error_stops_before_any_work_naming_the_key(tmp_path: Path) -
     assert "config error: collector.frames_per_batch=-5" in result.stderr
     assert not (tmp_path / "metrics.csv").exists()
     assert not (tmp_path / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_ppo_trains_with_the_multi_process_collector(tmp_path: Path) -> None:
+    result = run_script(
+        "ppo", tmp_path, *TINY, "collector=multisync", "collector.total_frames=1024"
+    )
+    check_succeeded(result)
+    check_run_outputs(tmp_path)
+    assert logged_frames(tmp_path) == [256, 512, 768, 1024]
+    with (tmp_path / "metrics.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert int(rows[-1]["episodes"]) > 0
+    assert float(rows[-1]["mean_return_last_100"]) > 0
