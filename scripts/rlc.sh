@@ -28,7 +28,8 @@ case "$job" in
   test) setup test,examples; exec "$VENV/bin/python" -m pytest "$@" ;;
   bench)
     setup bench,examples
-    for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/replay.py; do
+    for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/multi_collectors.py \
+        benchmarks/replay.py; do
       "$VENV/bin/python" "$script" "$@"
     done ;;
   lint) setup dev; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . ;;

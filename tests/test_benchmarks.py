@@ -36,3 +36,14 @@ def test_collector_benchmark_quick() -> None:
     output = run("collectors.py", "--quick", "--only", "CartPole single", "--frames", "2000")
     assert "rlcollect / torchrl" in output
     assert "FAILED" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_multi_collector_benchmark_quick() -> None:
+    output = run(
+        "multi_collectors.py", "--quick", "--only", "2x1 rlcollect", "2x1 torchrl", "update"
+    )
+    assert "rlcollect / torchrl" in output
+    assert "update_s" in output
+    assert "FAILED" not in output

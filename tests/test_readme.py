@@ -5,15 +5,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def quickstart_code() -> str:
+def section_code(heading: str = "## Quickstart") -> str:
     text = README.read_text()
-    section = text.split("## Quickstart", 1)[1]
+    section = text.split(heading, 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "README has no python block under '## Quickstart'"
+    assert match, f"README has no python block under {heading!r}"
     return match.group(1)
+
+
+def quickstart_code() -> str:
+    return section_code()
 
 
 def test_quickstart_is_short() -> None:
@@ -28,3 +34,13 @@ def test_quickstart_runs(capsys: object) -> None:
     assert data.names == [None, "time"]  # type: ignore[attr-defined]
     assert len(namespace["buffer"]) == 5000  # type: ignore[arg-type]
     assert namespace["sample"].batch_size == (256,)  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_multi_process_example_runs() -> None:
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    code = section_code("## Multi-process collection")
+    exec(compile(code, str(README), "exec"), namespace)
+    assert namespace["data"].batch_size == (2, 500)  # type: ignore[attr-defined]
+    assert namespace["collector"].policy_version == 4  # type: ignore[attr-defined]

@@ -38,6 +38,7 @@ from rlcollect.collectors.weight_sync import (
 from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand, WorkerSpec
 from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
 from rlcollect.envs.worker_process import worker_context
+from rlcollect.errors import MisuseError
 
 # Options that may be given once or as one value per worker.
 PER_WORKER_OPTIONS = (
@@ -221,38 +222,20 @@ class MultiCollectorBase:
         self.iterations = 0
         self._start_time: float | None = None
         self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._in_background = False
+        self._pauses = 0
         if num_threads is not None or not _in_worker_process():
             cores = os.cpu_count() or 1
             torch.set_num_threads(num_threads or max(1, cores - num_workers))
-        random_frames = -(-(init_random_frames or 0) // num_workers) or None
-        specs = [
-            WorkerSpec(
-                collector_class=collector_class,
-                create_env_fn=env_makers[index],
-                policy=policy,
-                policy_factory=policy_factory,
-                frames_per_batch=per_worker_frames[index],
-                total_frames=-1,
-                collector_kwargs={
-                    **collector_options,
-                    **{
-                        name: _per_worker(name, collector_options[name], num_workers)[index]
-                        for name in PER_WORKER_OPTIONS
-                        if name in collector_options
-                    },
-                    "init_random_frames": random_frames,
-                },
-                trajectory_ids=(index, num_workers),
-                scheme=self.scheme,
-                index=index,
-                shared={
-                    "replay_buffer": replay_buffer,
-                    "frames_written": self._frames_written,
-                    "weights": self.scheme.channel(index),
-                },
-            )
-            for index in range(num_workers)
-        ]
+        specs = self._worker_specs(
+            env_makers,
+            policy,
+            policy_factory,
+            per_worker_frames,
+            collector_class,
+            {**collector_options, "init_random_frames": init_random_frames},
+            replay_buffer,
+        )
         self.pool = WorkerPool(
             specs,
             worker_context(mp_start_method),
@@ -265,6 +248,50 @@ class MultiCollectorBase:
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
+
+    def _worker_specs(
+        self,
+        env_makers: Sequence[Any],
+        policy: Any,
+        policy_factory: Callable[[], Any] | None,
+        frames: Sequence[int],
+        collector_class: Callable[..., Any],
+        collector_options: dict[str, Any],
+        replay_buffer: Any,
+    ) -> list[WorkerSpec]:
+        """What each worker builds: its env maker, frames and options (per-worker values
+        picked, `init_random_frames` shared out), trajectory ids `i, i + W, ...`, and the
+        shared objects (buffer, frame counter, weight channel) that travel as handles."""
+        options = dict(collector_options)
+        options["init_random_frames"] = -(-(options["init_random_frames"] or 0) // len(frames))
+        options["init_random_frames"] = options["init_random_frames"] or None
+        specs = []
+        for index, maker in enumerate(env_makers):
+            own = {
+                name: _per_worker(name, options[name], self.num_workers)[index]
+                for name in PER_WORKER_OPTIONS
+                if name in options
+            }
+            specs.append(
+                WorkerSpec(
+                    collector_class=collector_class,
+                    create_env_fn=maker,
+                    policy=policy,
+                    policy_factory=policy_factory,
+                    frames_per_batch=frames[index],
+                    total_frames=-1,  # this collector decides when to stop
+                    collector_kwargs={**options, **own},
+                    trajectory_ids=(index, self.num_workers),
+                    scheme=self.scheme,
+                    index=index,
+                    shared={
+                        "replay_buffer": replay_buffer,
+                        "frames_written": self._frames_written,
+                        "weights": self.scheme.channel(index),
+                    },
+                )
+            )
+        return specs
 
     @staticmethod
     def _split_frames(frames_per_batch: Any, num_workers: int) -> list[int]:
@@ -324,7 +351,16 @@ class MultiCollectorBase:
             raise TypeError("an endless collector (total_frames=-1) has no length.")
         return self.total_frames // self.frames_per_batch
 
+    def _check_idle(self, action: str) -> None:
+        """Refuse what would race the workers' background collection (as `Collector` does)."""
+        if self._in_background and not self._pauses:
+            raise MisuseError(
+                f"{action} cannot run while the workers fill the buffer in the background; "
+                "call it inside `with collector.pause():` or after async_shutdown()."
+            )
+
     def _before_batch(self) -> None:
+        self._check_idle("next()")
         if self._start_time is None:
             self._start_time = time.perf_counter()
         for scheme in self.options.weight_recv_schemes.values():
@@ -431,14 +467,17 @@ class MultiCollectorBase:
             share = -(-left * slot.frames_per_batch // every_batch)
             share = -(-share // slot.frames_per_batch) * slot.frames_per_batch
             self.pool.request([slot], WorkerCommand.START, share)
+        self._in_background = True
 
     @contextmanager
     def pause(self) -> Iterator[None]:
         """Context manager: no worker collects or writes while it is active."""
         self.pool.request(self.pool.slots, WorkerCommand.PAUSE)
+        self._pauses += 1
         try:
             yield
         finally:
+            self._pauses -= 1
             if self.pool.is_open:
                 self.pool.request(self.pool.slots, WorkerCommand.RESUME)
 
@@ -451,6 +490,7 @@ class MultiCollectorBase:
         """
         if self.pool.is_open:
             self.pool.request(self.pool.slots, WorkerCommand.STOP, timeout=timeout)
+            self._in_background = False
             if close_env:
                 self._final = (self.state_dict(), self.stats())
         if close_env:
@@ -462,6 +502,7 @@ class MultiCollectorBase:
         """Seed the workers in a chain (worker i + 1 gets what worker i returns), so every
         worker is seeded apart and the same seed gives the same batches; returns the next
         seed. Each worker's next batch starts from a reset."""
+        self._check_idle("set_seed()")
         for slot in self.pool.slots:
             slot.seed = seed
             (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
@@ -470,6 +511,7 @@ class MultiCollectorBase:
 
     def reset(self) -> None:
         """Every worker starts new trajectories at its next batch."""
+        self._check_idle("reset()")
         self.pool.request(self.pool.slots, WorkerCommand.RESET)
 
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
@@ -496,6 +538,7 @@ class MultiCollectorBase:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`, worker by worker."""
+        self._check_idle("load_state_dict()")
         workers = state["workers"]
         if len(workers) != self.num_workers:
             raise ValueError(

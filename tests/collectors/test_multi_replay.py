@@ -11,6 +11,7 @@ import torch
 
 from rlcollect import keys
 from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.errors import MisuseError
 from rlcollect.replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
 from rlcollect.testing import CountingEnv
 from tests.conftest import processes_gone as gone
@@ -85,10 +86,13 @@ def test_pause_freezes_every_writer() -> None:
     ) as collector:
         collector.start()
         wait_until(lambda: buffer.write_count > 100)
+        with pytest.raises(MisuseError, match=r"next\(\) cannot run while the workers fill"):
+            collector.next()
         with collector.pause():
             frozen = buffer.write_count
             time.sleep(0.5)
             assert buffer.write_count == frozen
+            collector.set_seed(3)  # allowed while paused
         wait_until(lambda: buffer.write_count > frozen + 100)
         collector.async_shutdown()
     assert_every_frame_once(buffer[torch.arange(len(buffer))])

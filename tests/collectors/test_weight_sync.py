@@ -224,3 +224,25 @@ def test_unknown_model_ids_are_refused() -> None:
             frames_per_batch=10,
             weight_sync_schemes={"critic": SharedMemWeightSyncScheme()},
         )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_workers_with_cuda_policies_take_updates_from_a_cuda_trainer() -> None:
+    policy = bias_module(0.5).cuda()
+    with MultiSyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        policy_device="cuda",
+        storing_device="cpu",
+        track_policy_version=True,
+    ) as collector:
+        assert_acted_with(collector.next(), 0.5, 0)
+        set_bias(policy, 1.25)  # in place on the trainer's CUDA copy: no worker sees it
+        assert_acted_with(collector.next(), 0.5, 0)
+        collector.update_policy_weights_()
+        batch = collector.next()
+    assert batch["action"].device.type == "cpu"
+    assert_acted_with(batch, 1.25, 1)
