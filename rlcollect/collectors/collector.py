@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,6 +17,7 @@ from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
+from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import BatchOptions, optional_frames, validate_frames
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
@@ -24,7 +25,7 @@ from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
 
-class Collector:
+class Collector(BatchIteration):
     """Collects batches of transitions from an env and a policy, in this process.
 
     Each batch is a TensorDict of batch size `[*env.batch_size, T]` (last dim named "time")
@@ -317,11 +318,6 @@ class Collector:
 
     # --- iteration ------------------------------------------------------------------------------
 
-    @property
-    def is_done(self) -> bool:
-        """Whether `total_frames` have been collected (never, for an endless collector)."""
-        return 0 < self.total_frames <= self.frames
-
     def next(self) -> TensorDictBase | None:
         """Collect and return one batch (None when filling a replay buffer).
 
@@ -336,18 +332,6 @@ class Collector:
             return None
         self._collect()
         return self._deliver()
-
-    def __next__(self) -> TensorDictBase | None:
-        return self.next()
-
-    def __iter__(self) -> Iterator[TensorDictBase | None]:
-        while not self.is_done:
-            yield self.next()
-
-    def __len__(self) -> int:
-        if self.total_frames <= 0:
-            raise TypeError("an endless collector (total_frames=-1) has no length.")
-        return self.total_frames // self.frames_per_batch
 
     # --- background collection ------------------------------------------------------------------
 
@@ -488,12 +472,6 @@ class Collector:
     def shutdown(self, close_env: bool = True) -> None:
         """Stop any background collection and close the env."""
         self.async_shutdown(close_env=close_env)
-
-    def __enter__(self) -> Collector:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (

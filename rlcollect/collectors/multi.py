@@ -24,6 +24,7 @@ from torch import nn
 
 from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.collector import Collector
+from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import BatchOptions, _check_int, validate_frames
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
@@ -37,6 +38,7 @@ from rlcollect.collectors.weight_sync import (
 )
 from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand, WorkerSpec
 from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
+from rlcollect.envs.serial import per_worker
 from rlcollect.envs.worker_process import worker_context
 from rlcollect.errors import MisuseError
 
@@ -79,18 +81,6 @@ def _check_options(collector_class: Any, options: Mapping[str, Any]) -> None:
                 f"{name!r} is not an option of {getattr(collector_class, '__name__', 'the')} "
                 f"collector.{hint}"
             )
-
-
-def _per_worker(name: str, value: Any, num_workers: int) -> list[Any]:
-    """`value` for each worker: a list of `num_workers` values, or one value for all."""
-    if isinstance(value, list | tuple):
-        if len(value) != num_workers:
-            raise ValueError(
-                f"{name} has {len(value)} values for {num_workers} workers; give one value, "
-                f"or one per worker."
-            )
-        return list(value)
-    return [value] * num_workers
 
 
 def _resolve_workers(create_env_fn: Any, num_workers: int | None) -> tuple[list[Any], int]:
@@ -145,7 +135,7 @@ def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]
     }
 
 
-class MultiCollectorBase:
+class MultiCollectorBase(BatchIteration):
     """Runs one collector per worker process; subclasses gather their batches.
 
     See `MultiSyncCollector` for the arguments. Workers are started at construction (in
@@ -268,7 +258,7 @@ class MultiCollectorBase:
         specs = []
         for index, maker in enumerate(env_makers):
             own = {
-                name: _per_worker(name, options[name], self.num_workers)[index]
+                name: per_worker(name, options[name], self.num_workers)[index]
                 for name in PER_WORKER_OPTIONS
                 if name in options
             }
@@ -296,7 +286,7 @@ class MultiCollectorBase:
     @staticmethod
     def _split_frames(frames_per_batch: Any, num_workers: int) -> list[int]:
         if isinstance(frames_per_batch, list | tuple):
-            frames = _per_worker("frames_per_batch", list(frames_per_batch), num_workers)
+            frames = per_worker("frames_per_batch", list(frames_per_batch), num_workers)
             for value in frames:
                 validate_frames(value, -1)
             return [int(value) for value in frames]
@@ -321,15 +311,10 @@ class MultiCollectorBase:
     # --- iteration ------------------------------------------------------------------------------
 
     @property
-    def frames(self) -> int:
+    def frames(self) -> int:  # type: ignore[override]  # a count the workers keep too
         """Frames collected: handed out by `next()`, or written to the replay buffer by the
         workers (in the background too)."""
         return self._frames + int(self._frames_written.sum())
-
-    @property
-    def is_done(self) -> bool:
-        """Whether `total_frames` have been handed out (never, for an endless collector)."""
-        return 0 < self.total_frames <= self.frames
 
     def next(self) -> TensorDictBase | None:
         """Collect and return one batch (None when the workers fill a replay buffer).
@@ -338,18 +323,6 @@ class MultiCollectorBase:
             StopIteration: when `total_frames` have been collected.
         """
         raise NotImplementedError
-
-    def __next__(self) -> TensorDictBase | None:
-        return self.next()
-
-    def __iter__(self) -> Iterator[TensorDictBase | None]:
-        while not self.is_done:
-            yield self.next()
-
-    def __len__(self) -> int:
-        if self.total_frames <= 0:
-            raise TypeError("an endless collector (total_frames=-1) has no length.")
-        return self.total_frames // self.frames_per_batch
 
     def _check_idle(self, action: str) -> None:
         """Refuse what would race the workers' background collection (as `Collector` does)."""
@@ -599,12 +572,6 @@ class MultiCollectorBase:
         """Stop every worker and release the shared memory; bounded in time, idempotent."""
         self.pool.close()
         self.scheme.close()
-
-    def __enter__(self) -> MultiCollectorBase:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
     def __repr__(self) -> str:
         return (

@@ -80,6 +80,8 @@ class MultiAsyncCollector(MultiCollectorBase):
         if self.options.replay_buffer is not None:
             return None  # the worker wrote the batch, and counted it
         self._frames += slot.last_frames
+        if slot.batch is None:  # a COLLECT reply always brings the batch's handle first
+            raise RuntimeError(f"worker {slot.index} answered COLLECT without a batch.")
         batch = slot.batch.clone()
         batch.set(
             keys.WORKER_ID,

@@ -265,7 +265,9 @@ class WorkerPool:
         if not waiting:
             raise MisuseError("no worker is collecting; send COLLECT first.")
         while True:
-            by_connection = {slot.handle.connection: slot for slot in waiting}
+            by_connection: dict[Any, WorkerSlot] = {
+                slot.handle.connection: slot for slot in waiting
+            }
             ready = multiprocessing.connection.wait(list(by_connection), LIVENESS_INTERVAL)
             late = [slot for slot in waiting if time.monotonic() >= slot.deadline]
             for slot in [by_connection[connection] for connection in ready] + late:

@@ -225,7 +225,7 @@ class WorkerHandle:
                 if interval <= 0:
                     activity = self.describe(self.last_message)
                     raise WorkerTimeoutError(
-                        self.index, f"no answer within {round(timeout, 1):g} s to {activity}"
+                        self.index, f"no answer within {round(timeout or 0.0, 1):g} s to {activity}"
                     )
         try:
             reply = self.connection.recv_bytes()
