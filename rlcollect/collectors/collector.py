@@ -457,7 +457,9 @@ class Collector(BatchIteration):
     def stats(self) -> dict[str, float]:
         """Frames, batches, frames/s, episodes finished, and the mean episode return twice: over
         the episodes finished in the last batch that finished any (`mean_episode_return`), and
-        over the last 100 finished episodes (`mean_return_last_100`, as SB3's `ep_rew_mean`)."""
+        over the last 100 finished episodes (`mean_return_last_100`, as SB3's `ep_rew_mean`);
+        also TorchRL's `total_frames`, `completed`, `requested_frames_per_batch` and
+        `policy_version`."""
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
         collected = self.frames - self._frames_at_start
         return {
@@ -467,6 +469,11 @@ class Collector(BatchIteration):
             "episodes": self._episodes.episodes,
             "mean_episode_return": self._episodes.mean_return,
             "mean_return_last_100": self._episodes.recent_mean_return,
+            # TorchRL's entries, for code written against its stats()
+            "total_frames": self.total_frames,
+            "completed": self.is_done,
+            "requested_frames_per_batch": self.frames_per_batch,
+            "policy_version": self.policy.version,
         }
 
     def shutdown(self, close_env: bool = True) -> None:

@@ -550,6 +550,7 @@ class MultiCollectorBase(BatchIteration):
             "total_frames": self.total_frames,
             "batches": self.iterations,
             "completed": self.is_done,
+            "requested_frames_per_batch": self.frames_per_batch,
             "frames_per_second": self.frames / elapsed if elapsed > 0 else 0.0,
             "policy_version": self.policy_version,
             **episode_statistics([worker["collector"] for worker in workers]),

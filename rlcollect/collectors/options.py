@@ -53,6 +53,19 @@ def optional_frames(name: str, value: Any) -> int | None:
     return int(value) if value > 0 else None
 
 
+def is_private_key(key: str | tuple[str, ...]) -> bool:
+    """Whether a key, or any part of a nested one, starts with "_" (e.g. "_reset")."""
+    parts = (key,) if isinstance(key, str) else key
+    return any(part.startswith("_") for part in parts)
+
+
+def exclude_private_keys(batch: TensorDictBase) -> TensorDictBase:
+    """The batch without its private entries: as in TorchRL, keys starting with "_" are the
+    env's or a transform's own bookkeeping and are left out of what users receive."""
+    private = [key for key in batch.keys(include_nested=True) if is_private_key(key)]
+    return batch.exclude(*private) if private else batch
+
+
 @dataclass
 class BatchOptions:
     """The per-batch options, validated: the post-processing pipeline and the sink."""
@@ -76,7 +89,8 @@ class BatchOptions:
         weight_recv_schemes: Mapping[str, Any] | None,
         reset_at_each_iter: bool = False,
     ) -> BatchOptions:
-        """Check every option and build the pipeline `[split_trajs, postproc]`."""
+        """Check every option and build the pipeline `[split_trajs, postproc, private keys
+        out]`."""
         if postproc is not None and not callable(postproc):
             raise TypeError(f"postproc must be a callable batch -> batch; got {postproc!r}.")
         if replay_buffer is not None:
@@ -100,6 +114,7 @@ class BatchOptions:
             pipeline.append(SplitTrajectories())
         if postproc is not None:
             pipeline.append(postproc)
+        pipeline.append(exclude_private_keys)
         return cls(pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes)
 
     @staticmethod

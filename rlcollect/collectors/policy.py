@@ -58,6 +58,16 @@ def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> 
     )
 
 
+def is_unset_random_policy(policy: Any) -> bool:
+    """Whether `policy` is TorchRL's `RandomPolicy()` built without an action spec (duck-typed:
+    TorchRL stays optional)."""
+    return (
+        type(policy).__name__ == "RandomPolicy"
+        and type(policy).__module__.startswith("torchrl.")
+        and getattr(policy, "action_spec", ...) is None
+    )
+
+
 def resolve_policy(policy: Any, observation_keys: Sequence[NestedKey]) -> Any:
     """The policy as a `td -> td` callable, or None for random actions.
 
@@ -70,6 +80,8 @@ def resolve_policy(policy: Any, observation_keys: Sequence[NestedKey]) -> Any:
     """
     if policy is None or isinstance(policy, TensorDictModuleBase):
         return policy
+    if is_unset_random_policy(policy):
+        return None  # TorchRL's collector gives it the env's action spec: random actions
     if isinstance(policy, nn.Module):
         if _takes_tensordict(policy.forward):
             return policy

@@ -23,7 +23,8 @@ def make_env(create_env_fn: Any, create_env_kwargs: Mapping[str, Any] | None = N
         encoding = bool(kwargs.pop("categorical_action_encoding", False))
         gym_env = make_gym_env(create_env_fn, "create_env_fn", **kwargs)
         return GymEnv(gym_env, categorical_action_encoding=encoding)
-    if isinstance(create_env_fn, EnvBase) or is_torchrl_env(create_env_fn):
+    is_instance = not isinstance(create_env_fn, type)  # a class is called, as TorchRL does
+    if is_instance and (isinstance(create_env_fn, EnvBase) or is_torchrl_env(create_env_fn)):
         if kwargs:
             raise ValueError(
                 "create_env_kwargs is only used when create_env_fn is a callable or an id; "

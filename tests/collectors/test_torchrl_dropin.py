@@ -1,0 +1,84 @@
+"""TorchRL drop-in gaps, each driven side by side with TorchRL's Collector."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import Collector
+from rlcollect.envs import GymEnv
+from tests.collectors.test_torchrl_parity import assert_same_batches, collect_both
+
+torchrl_collectors = pytest.importorskip("torchrl.collectors")
+torchrl_envs = pytest.importorskip("torchrl.envs")
+torchrl_modules = pytest.importorskip("torchrl.modules")
+
+
+def add_private_entries(batch: TensorDictBase) -> TensorDictBase:
+    batch.set("_scratch", torch.zeros(batch.batch_size))
+    batch.set(("next", "_seen"), torch.ones(batch.batch_size))
+    batch.set(("_bookkeeping", "count"), torch.ones(batch.batch_size))
+    return batch
+
+
+def test_private_keys_are_left_out_of_batches_as_in_torchrl() -> None:
+    ours, theirs = collect_both(postproc=add_private_entries)
+    for batch in ours:
+        assert "_scratch" not in batch
+        assert ("next", "_seen") not in batch.keys(include_nested=True)
+        assert "_bookkeeping" not in batch
+    assert_same_batches(ours, theirs)
+
+
+def run_both(
+    ours_env: object, theirs_env: object, policy: object, **options: object
+) -> tuple[list, list]:
+    """Batches of our Collector on `ours_env` and of TorchRL's on `theirs_env`."""
+    batches = []
+    for collector_class, env in ((Collector, ours_env), (torchrl_collectors.Collector, theirs_env)):
+        collector = collector_class(env, policy, frames_per_batch=20, total_frames=40, **options)
+        batches.append(list(collector))
+        collector.shutdown()
+    return batches[0], batches[1]
+
+
+def test_a_torchrl_env_class_is_called_to_make_the_env() -> None:
+    pendulum = torchrl_envs.PendulumEnv
+    ours, theirs = run_both(pendulum, pendulum, None)
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine.batch_size == reference.batch_size == torch.Size([20])
+        assert mine["action"].shape == reference["action"].shape
+
+
+def test_random_policy_without_a_spec_takes_the_envs() -> None:
+    ours, theirs = run_both(
+        lambda: GymEnv("Pendulum-v1"),
+        lambda: torchrl_envs.GymEnv("Pendulum-v1"),
+        torchrl_modules.RandomPolicy(),
+    )
+    for batch in (*ours, *theirs):
+        assert batch["action"].shape == (20, 1)
+        assert batch["action"].abs().max() <= 2.0
+        assert batch["action"].std() > 0
+    # Our collector over a TorchRL env, too.
+    torchrl_env = torchrl_envs.GymEnv("Pendulum-v1")
+    collector = Collector(torchrl_env, torchrl_modules.RandomPolicy(), frames_per_batch=20)
+    assert collector.next()["action"].shape == (20, 1)
+    collector.shutdown()
+
+
+def test_stats_carry_torchrl_entries() -> None:
+    entries = ("frames", "batches", "total_frames", "completed", "requested_frames_per_batch")
+    stats = []
+    for collector_class in (Collector, torchrl_collectors.Collector):
+        collector = collector_class(
+            torchrl_envs.GymEnv("CartPole-v1"), None, frames_per_batch=20, total_frames=40
+        )
+        list(collector)
+        stats.append(collector.stats())
+        collector.shutdown()
+    ours, theirs = stats
+    assert {key: ours[key] for key in entries} == {key: theirs[key] for key in entries}
+    assert ours["completed"] is True
+    assert ours["policy_version"] == 0
