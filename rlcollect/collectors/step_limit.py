@@ -2,7 +2,8 @@
 
 The collector wraps the env in it for `max_frames_per_traj`: it writes `"step_count"` (root and
 `"next"`), and marks `("next", "truncated")` and `("next", "done")` at the limit, so the wrapped
-env's `advance_into` resets the sub-env as for any other done step.
+env's `advance_into` resets the sub-env as for any other done step. An env without a truncated
+flag gets one, as TorchRL's `StepCounter` adds it.
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ from rlcollect.envs.base import EnvBase
 from rlcollect.envs.specs import Composite, Unbounded, spec_leaves
 
 
-def require_truncated_flag(env: Any, option: str) -> None:
-    """Raise a ValueError naming `option` unless `env` has a root `"truncated"` flag."""
+def has_truncated_flag(env: Any) -> bool:
+    """Whether `env` has a root `"truncated"` flag."""
     root_flags = [
         key[0] if isinstance(key, tuple) and len(key) == 1 else key for key in env.done_keys
     ]
-    if keys.TRUNCATED not in root_flags:
+    return keys.TRUNCATED in root_flags
+
+
+def require_truncated_flag(env: Any, option: str) -> None:
+    """Raise a ValueError naming `option` unless `env` has a root `"truncated"` flag."""
+    if not has_truncated_flag(env):
         raise ValueError(
             f"{option} marks steps truncated, but the env has no 'truncated' flag (its done "
             f"keys are {list(env.done_keys)}); add one to its done_spec or drop {option}."
@@ -45,7 +51,6 @@ class StepLimit(EnvBase):
             )
         if max_steps < 1:
             raise ValueError(f"max_frames_per_traj must be >= 1; got {max_steps}.")
-        require_truncated_flag(env, f"max_frames_per_traj={max_steps}")
         super().__init__(env.batch_size, env.device)
         self.env = env
         self.max_steps = max_steps
@@ -57,7 +62,14 @@ class StepLimit(EnvBase):
         self.observation_spec[keys.STEP_COUNT] = Unbounded(shape=shape, dtype=torch.int64)
         self.action_spec = env.action_spec
         self.reward_spec = env.reward_spec
-        self.done_spec = env.done_spec
+        # As TorchRL's StepCounter does, an env without a truncated flag gets one: only this
+        # wrapper writes it then (the env never does), so it is set, not OR-ed, every step.
+        self.writes_truncated = not has_truncated_flag(env)
+        self.done_spec = Composite(shape=env.batch_size, device=env.device)
+        for key, leaf in spec_leaves(env.done_spec):
+            self.done_spec[key] = leaf
+        if self.writes_truncated:
+            self.done_spec[keys.TRUNCATED] = self.done_spec[keys.DONE].clone()
 
     @property
     def observation_keys(self) -> list[tuple[str, ...]]:
@@ -88,9 +100,12 @@ class StepLimit(EnvBase):
         self.env.step_into(t)
         count = self._at(self._next_count, t)
         torch.add(self._at(self._root_count, t), 1, out=count)
-        limit = count >= self.max_steps
-        self._at(self._next_truncated, t).logical_or_(limit)
-        self._at(self._next_done, t).logical_or_(limit)
+        truncated = self._at(self._next_truncated, t)
+        if self.writes_truncated:
+            torch.ge(count, self.max_steps, out=truncated)
+        else:
+            truncated.logical_or_(count >= self.max_steps)
+        self._at(self._next_done, t).logical_or_(truncated)
 
     def advance_into(self, t: int) -> None:
         self._at(self._root_count, t + 1).copy_(self._at(self._next_count, t))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
@@ -63,6 +63,19 @@ class TorchRLEnv(EnvBase):
         } - state
         next_keys = _tuple_keys(carrier.get(keys.NEXT))
         self._preset_keys = [key for key in next_keys if key not in produced]
+
+    def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
+        """Reset with nothing but the reset flags, as TorchRL's collector does: the carrier's
+        stale root (zeros at first) must not reach a TorchRL env as the state to reset to
+        (envs with state keys, e.g. TorchRL's `PendulumEnv` and its `params`, honour it)."""
+        views = self._carrier_views()
+        if mask is None:
+            result = self.env.reset()
+        else:
+            flags = mask.reshape((*self.batch_size, 1)).clone()
+            request = TensorDict({keys.RESET: flags}, batch_size=self.batch_size)
+            result = self.env.reset(request.to(self.env.device) if self.env.device else request)
+        views.write_root(t, result.exclude(keys.NEXT), mask)
 
     def step_into(self, t: int) -> None:
         """Step with the root at `t`, and with what the policy already wrote under `"next"`

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
@@ -82,3 +83,31 @@ def test_stats_carry_torchrl_entries() -> None:
     assert {key: ours[key] for key in entries} == {key: theirs[key] for key in entries}
     assert ours["completed"] is True
     assert ours["policy_version"] == 0
+
+
+class ConstantTorque(torch.nn.Module):
+    def forward(self, th: torch.Tensor) -> torch.Tensor:
+        return (
+            torch.full_like(th, 0.5).reshape(*th.shape[:-1], 1)
+            if th.ndim
+            else th.new_full((1,), 0.5)
+        )
+
+
+def test_max_frames_per_traj_adds_a_truncated_flag_as_torchrl_does() -> None:
+    batches = []
+    for collector_class in (Collector, torchrl_collectors.Collector):
+        env = torchrl_envs.PendulumEnv()
+        assert "truncated" not in env.done_keys
+        env.set_seed(3)
+        policy = TensorDictModule(ConstantTorque(), in_keys=["th"], out_keys=["action"])
+        collector = collector_class(
+            env, policy, frames_per_batch=12, total_frames=36, max_frames_per_traj=5
+        )
+        batches.append(list(collector))
+        collector.shutdown()
+    ours, theirs = batches
+    assert ours[0]["next", "truncated"].flatten().tolist()[:6] == [False] * 4 + [True, False]
+    # Resets hand TorchRL only the reset flags: the env's own params, not the buffer's zeros.
+    assert torch.all(ours[0]["params", "m"] == 1.0)
+    assert_same_batches(ours, theirs)
