@@ -25,6 +25,30 @@ from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
 
+def _policy_from_factory(policy: Any, policy_factory: Callable[[], Any] | None) -> Any:
+    """The policy, or what `policy_factory()` builds (TorchRL's `policy_factory`)."""
+    if policy_factory is None:
+        return policy
+    if policy is not None:
+        raise TypeError("policy_factory cannot be used with policy; pass one of the two.")
+    if not callable(policy_factory):
+        raise TypeError(
+            f"policy_factory must be a callable returning a policy; got {policy_factory!r}."
+        )
+    return policy_factory()
+
+
+def _check_torchrl_no_ops(use_buffers: bool | None, trust_policy: bool | None) -> None:
+    """TorchRL options that mean nothing here: accepted as no-ops where they can be."""
+    if use_buffers is False:
+        raise ValueError(
+            "use_buffers=False is not supported: the collector always writes into one "
+            "preallocated buffer (that is what makes it fast). Leave use_buffers unset or True."
+        )
+    if trust_policy not in (None, True, False):
+        raise TypeError(f"trust_policy must be True, False or None; got {trust_policy!r}.")
+
+
 class Collector(BatchIteration):
     """Collects batches of transitions from an env and a policy, in this process.
 
@@ -65,6 +89,13 @@ class Collector(BatchIteration):
         weight_recv_schemes: mapping of model id to a scheme whose `receive()` returns new
             weights or None; polled before every batch.
         worker_idx: this collector's index when it runs inside a multi-process collector.
+        policy_factory: builds the policy (instead of `policy`), as in TorchRL.
+        pre_collect_hook: called with no argument before every batch is collected.
+        post_collect_hook: called with every finished batch (after `postproc`).
+        track_traj_ids: False leaves `("collector", "traj_ids")` out of the batches.
+        use_buffers: must be None or True: batches are always written into one buffer.
+        trust_policy: accepted and ignored: the policy's outputs are learnt by one probe
+            call at construction, so there is nothing to trust or check per step.
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
@@ -109,6 +140,12 @@ class Collector(BatchIteration):
         weight_recv_schemes: Mapping[str, Any] | None = None,
         worker_idx: int | None = None,
         inference_mode: bool = True,
+        policy_factory: Callable[[], Any] | None = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        track_traj_ids: bool = True,
+        use_buffers: bool | None = None,
+        trust_policy: bool | None = None,
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -125,6 +162,13 @@ class Collector(BatchIteration):
                 f"({type(inference_mode).__name__})."
             )
         self.inference_mode = inference_mode
+        policy = _policy_from_factory(policy, policy_factory)
+        _check_torchrl_no_ops(use_buffers, trust_policy)
+        if pre_collect_hook is not None and not callable(pre_collect_hook):
+            raise TypeError(
+                f"pre_collect_hook must be a callable taking no argument; got {pre_collect_hook!r}."
+            )
+        self._pre_collect_hook = pre_collect_hook
         options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
@@ -134,6 +178,8 @@ class Collector(BatchIteration):
             weight_sync_schemes=weight_sync_schemes,
             weight_recv_schemes=weight_recv_schemes,
             reset_at_each_iter=reset_at_each_iter,
+            post_collect_hook=post_collect_hook,
+            track_traj_ids=track_traj_ids,
         )
         self.env = make_env(create_env_fn, create_env_kwargs)
         self.devices = DeviceSplit.resolve(
@@ -207,6 +253,8 @@ class Collector(BatchIteration):
         """
         if self._start_time is None:
             self._start_time = time.perf_counter()
+        if self._pre_collect_hook is not None:
+            self._pre_collect_hook()
         self._poll_weight_schemes()
         env, layout = self.env, self.layout
         env.bind(layout.carrier)

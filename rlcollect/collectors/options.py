@@ -9,6 +9,8 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from rlcollect import keys
+
 Process = Callable[[TensorDictBase], TensorDictBase]
 
 
@@ -66,6 +68,27 @@ def exclude_private_keys(batch: TensorDictBase) -> TensorDictBase:
     return batch.exclude(*private) if private else batch
 
 
+def exclude_trajectory_ids(batch: TensorDictBase) -> TensorDictBase:
+    """The batch without `("collector", "traj_ids")` (TorchRL's `track_traj_ids=False`), and
+    without the `"collector"` entry once it holds nothing else."""
+    batch = batch.exclude(keys.TRAJ_IDS)
+    collector = batch.get(keys.COLLECTOR, None)
+    if collector is not None and collector.is_empty():
+        batch = batch.exclude(keys.COLLECTOR)
+    return batch
+
+
+@dataclass
+class CollectHook:
+    """TorchRL's `post_collect_hook`: called with every finished batch, which passes on."""
+
+    hook: Callable[[TensorDictBase], None]
+
+    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
+        self.hook(batch)
+        return batch
+
+
 @dataclass
 class BatchOptions:
     """The per-batch options, validated: the post-processing pipeline and the sink."""
@@ -88,11 +111,11 @@ class BatchOptions:
         weight_sync_schemes: Mapping[str, Any] | None,
         weight_recv_schemes: Mapping[str, Any] | None,
         reset_at_each_iter: bool = False,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        track_traj_ids: bool = True,
     ) -> BatchOptions:
         """Check every option and build the pipeline `[split_trajs, postproc, private keys
-        out]`."""
-        if postproc is not None and not callable(postproc):
-            raise TypeError(f"postproc must be a callable batch -> batch; got {postproc!r}.")
+        out, trajectory ids out, post_collect_hook]`, in TorchRL's order."""
         if replay_buffer is not None:
             cls._check_buffer(replay_buffer, return_same_td, extend_buffer)
         if weight_sync_schemes:
@@ -107,6 +130,29 @@ class BatchOptions:
                     f"weight_recv_schemes[{name!r}] must have a receive() method returning "
                     f"weights or None; got {type(scheme).__name__}."
                 )
+        pipeline = cls._pipeline(split_trajs, postproc, track_traj_ids, post_collect_hook)
+        return cls(pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes)
+
+    @staticmethod
+    def _pipeline(
+        split_trajs: bool,
+        postproc: Process | None,
+        track_traj_ids: bool,
+        post_collect_hook: Callable[[TensorDictBase], None] | None,
+    ) -> list[Process]:
+        if postproc is not None and not callable(postproc):
+            raise TypeError(f"postproc must be a callable batch -> batch; got {postproc!r}.")
+        if post_collect_hook is not None and not callable(post_collect_hook):
+            raise TypeError(
+                f"post_collect_hook must be a callable taking the batch; got {post_collect_hook!r}."
+            )
+        if not isinstance(track_traj_ids, bool):
+            raise TypeError(f"track_traj_ids must be True or False; got {track_traj_ids!r}.")
+        if split_trajs and not track_traj_ids:
+            raise ValueError(
+                "split_trajs=True splits batches by trajectory id, so it needs "
+                "track_traj_ids=True; drop one of the two."
+            )
         pipeline: list[Process] = []
         if split_trajs:
             from rlcollect.transforms.split import SplitTrajectories
@@ -115,7 +161,11 @@ class BatchOptions:
         if postproc is not None:
             pipeline.append(postproc)
         pipeline.append(exclude_private_keys)
-        return cls(pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes)
+        if not track_traj_ids:
+            pipeline.append(exclude_trajectory_ids)
+        if post_collect_hook is not None:
+            pipeline.append(CollectHook(post_collect_hook))
+        return pipeline
 
     @staticmethod
     def _check_buffer(replay_buffer: Any, return_same_td: bool, extend_buffer: bool) -> None:

@@ -111,3 +111,48 @@ def test_max_frames_per_traj_adds_a_truncated_flag_as_torchrl_does() -> None:
     # Resets hand TorchRL only the reset flags: the env's own params, not the buffer's zeros.
     assert torch.all(ours[0]["params", "m"] == 1.0)
     assert_same_batches(ours, theirs)
+
+
+def test_collect_hooks_run_around_every_batch_as_in_torchrl() -> None:
+    calls: dict[str, list] = {"ours": [], "theirs": []}
+
+    def hooks(name: str) -> dict[str, object]:
+        return {
+            "pre_collect_hook": lambda: calls[name].append("pre"),
+            "post_collect_hook": lambda batch: calls[name].append(
+                ("post", tuple(batch.batch_size), "_scratch" in batch)
+            ),
+            "postproc": add_private_entries,
+        }
+
+    for name, collector_class, env in (
+        ("ours", Collector, GymEnv("CartPole-v1")),
+        ("theirs", torchrl_collectors.Collector, torchrl_envs.GymEnv("CartPole-v1")),
+    ):
+        collector = collector_class(env, None, frames_per_batch=10, total_frames=30, **hooks(name))
+        list(collector)
+        collector.shutdown()
+    assert calls["ours"] == calls["theirs"]
+    assert calls["ours"][:2] == ["pre", ("post", (10,), False)]
+
+
+def test_track_traj_ids_false_leaves_the_ids_out_as_in_torchrl() -> None:
+    ours, theirs = collect_both(track_traj_ids=False)
+    assert ("collector", "traj_ids") not in ours[0].keys(include_nested=True)
+    assert_same_batches(ours, theirs)
+    with pytest.raises(ValueError, match=r"split_trajs=True .* needs track_traj_ids=True"):
+        Collector("CartPole-v1", frames_per_batch=10, split_trajs=True, track_traj_ids=False)
+
+
+def test_policy_factory_and_no_op_options_are_accepted() -> None:
+    from tests.collectors.policies import greedy_module
+
+    ours, theirs = collect_both(use_buffers=True, trust_policy=True)
+    assert_same_batches(ours, theirs)
+    collector = Collector("CartPole-v1", policy_factory=greedy_module, frames_per_batch=10)
+    assert collector.next()["action"].shape == (10, 2)
+    collector.shutdown()
+    with pytest.raises(ValueError, match=r"use_buffers=False is not supported"):
+        Collector("CartPole-v1", frames_per_batch=10, use_buffers=False)
+    with pytest.raises(TypeError, match=r"policy_factory cannot be used with policy"):
+        Collector("CartPole-v1", greedy_module(), policy_factory=greedy_module, frames_per_batch=4)
