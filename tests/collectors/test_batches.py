@@ -89,18 +89,28 @@ def test_set_truncated_does_not_count_batch_cuts_as_episodes() -> None:
     assert stats["mean_episode_return"] == 15.0
 
 
-@pytest.mark.parametrize(
-    ("option", "message"),
-    [
-        ({"set_truncated": True}, r"set_truncated=True marks steps truncated"),
-        ({"max_frames_per_traj": 4}, r"max_frames_per_traj=4 marks steps truncated"),
-    ],
-)
-def test_truncating_options_need_a_truncated_flag(option: dict, message: str) -> None:
+def counting_env_without_truncated() -> CountingEnv:
     env = CountingEnv()
     env.done_spec = Composite({name: env.done_spec[name] for name in ("done", "terminated")})
-    with pytest.raises(ValueError, match=message + r".* no 'truncated' flag .*add one"):
-        Collector(env, None, frames_per_batch=10, **option)
+    return env
+
+
+def test_set_truncated_needs_a_truncated_flag() -> None:
+    message = r"set_truncated=True marks steps truncated.* no 'truncated' flag .*add one"
+    with pytest.raises(ValueError, match=message):
+        Collector(counting_env_without_truncated(), None, frames_per_batch=10, set_truncated=True)
+
+
+def test_max_frames_per_traj_adds_a_truncated_flag_to_an_env_without_one() -> None:
+    collector = Collector(
+        counting_env_without_truncated(), None, frames_per_batch=10, max_frames_per_traj=4
+    )
+    for start in (0, 10):  # written at every step, never left from a batch before
+        batch = collector.next()
+        truncated = batch["next", "truncated"].flatten().tolist()
+        assert truncated == [step % 4 == 3 for step in range(start, start + 10)]
+        assert batch["next", "done"].flatten().tolist() == truncated
+        assert not batch["truncated"].any()
 
 
 @pytest.mark.parametrize("argument", ["total_frames", "init_random_frames"])
