@@ -30,6 +30,7 @@ class TorchRLEnv(EnvBase):
     """
 
     def __init__(self, env: Any) -> None:
+        refuse_unsupported_layouts(env)
         super().__init__(env.batch_size, env.device or "cpu")
         self.env = env
         self.observation_spec = env.observation_spec
@@ -106,6 +107,49 @@ class TorchRLEnv(EnvBase):
         if not self.is_closed:
             self.env.close()
         super().close()
+
+
+def _root_key(key: Any) -> str | None:
+    """The key's name when it is at the root (`"done"` or `("done",)`), else None."""
+    if isinstance(key, str):
+        return key
+    return key[0] if len(key) == 1 else None
+
+
+def refuse_unsupported_layouts(env: Any) -> None:
+    """Refuse, at construction, TorchRL envs whose keys the collector cannot write yet: an
+    action, reward or done flag that is not at the root (nested keys, several groups), and
+    heterogeneous (lazily stacked) specs. Better a clear error now than a crash mid-batch.
+
+    Raises:
+        ValueError: naming the env's keys and what is supported.
+    """
+    layout = {
+        "action_keys": list(env.action_keys),
+        "reward_keys": list(env.reward_keys),
+        "done_keys": list(env.done_keys),
+    }
+    nested = {
+        name: [key for key in found if _root_key(key) is None] for name, found in layout.items()
+    }
+    if any(nested.values()) or len(layout["action_keys"]) != 1 or len(layout["reward_keys"]) != 1:
+        raise ValueError(
+            f"{type(env).__name__} has action_keys={layout['action_keys']}, reward_keys="
+            f"{layout['reward_keys']}, done_keys={layout['done_keys']}: rlcollect collectors "
+            "support one root action, one root reward and root done flags so far; nested or "
+            "grouped keys (e.g. ('agents', 'action')) are not supported yet."
+        )
+    stacked = [
+        name
+        for name in ("full_observation_spec", "full_action_spec", "full_done_spec")
+        if "Stacked" in type(getattr(env, name)).__name__
+    ]
+    if stacked:
+        raise ValueError(
+            f"{type(env).__name__} has heterogeneous (lazily stacked) specs ({stacked}): its "
+            "sub-envs' entries differ in shape, and rlcollect preallocates one buffer for all "
+            "of them. Use sub-envs with the same specs, or TorchRL's collector for this env."
+        )
 
 
 def as_device(value: Any) -> torch.device:

@@ -156,3 +156,21 @@ def test_policy_factory_and_no_op_options_are_accepted() -> None:
         Collector("CartPole-v1", frames_per_batch=10, use_buffers=False)
     with pytest.raises(TypeError, match=r"policy_factory cannot be used with policy"):
         Collector("CartPole-v1", greedy_module(), policy_factory=greedy_module, frames_per_batch=4)
+
+
+def test_nested_and_heterogeneous_torchrl_envs_are_refused_at_construction() -> None:
+    mocks = pytest.importorskip("torchrl.testing.mocking_classes")
+    cases = [
+        (
+            lambda: mocks.NestedCountingEnv(
+                nest_obs_action=True, nest_done=True, nest_reward=True, batch_size=(2,)
+            ),
+            r"action_keys=\[\('data', 'action'\)\].*nested or grouped keys",
+        ),
+        (lambda: mocks.MultiKeyCountingEnv(batch_size=(2,)), r"one root action, one root reward"),
+        (lambda: mocks.HeterogeneousCountingEnv(batch_size=(2,)), r"\('lazy', 'action'\)"),
+    ]
+    for make, message in cases:
+        torchrl_collectors.Collector(make(), None, frames_per_batch=8, total_frames=8).shutdown()
+        with pytest.raises(ValueError, match=message):
+            Collector(make(), None, frames_per_batch=8)
