@@ -85,7 +85,8 @@ class GAE:
         lmbda: GAE's lambda, in [0, 1].
         value_network: a `TensorDictModule` (its out key names the value, usually
             `"state_value"`) or a plain `nn.Module` mapping an `"observation"` tensor
-            `[N, *obs_shape]` to values `[N, 1]`, written under `"state_value"`.
+            `[N, *obs_shape]` to values `[N, 1]`, written under `"state_value"`; or None
+            when the batch already carries `"state_value"` and `("next", "state_value")`.
 
     Keyword Args:
         average_gae: standardize the advantage over the batch (mean 0, std 1; over real steps
@@ -118,28 +119,41 @@ class GAE:
     """
 
     def __init__(
-        self, gamma: float, lmbda: float, value_network: nn.Module, *, average_gae: bool = False
+        self,
+        gamma: float,
+        lmbda: float,
+        value_network: nn.Module | None,
+        *,
+        average_gae: bool = False,
     ) -> None:
         self.gamma = _checked_fraction("gamma", gamma)
         self.lmbda = _checked_fraction("lmbda", lmbda)
+        self.average_gae = bool(average_gae)
+        self.value_network = value_network
+        self.is_tensordict_module = False
+        self.in_keys: list[NestedKey] = []
+        self.value_key: NestedKey = STATE_VALUE
+        if value_network is None:
+            return  # the batch brings its values, as TorchRL's GAE(value_network=None) takes
         if not isinstance(value_network, nn.Module):
             raise TypeError(
                 f"value_network must be a TensorDictModule or an nn.Module, got "
                 f"{type(value_network).__name__}; wrap a function in an nn.Module."
             )
-        self.value_network = value_network
         self.is_tensordict_module = isinstance(value_network, TensorDictModuleBase)
         if self.is_tensordict_module:
-            self.in_keys: list[NestedKey] = list(value_network.in_keys)  # type: ignore[arg-type]
+            self.in_keys = list(value_network.in_keys)  # type: ignore[arg-type]
             self.value_key = _value_key_of(value_network)
         else:
             self.in_keys = [OBSERVATION]
-            self.value_key = STATE_VALUE
-        self.average_gae = bool(average_gae)
 
     @torch.no_grad()
     def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return V(obs) and V(next_obs), each `[*batch, *value_shape]`, from one network call."""
+        """Return V(obs) and V(next_obs), each `[*batch, *value_shape]`, from one network call
+        (or, without a network, the batch's own `"state_value"` and `("next", "state_value")`).
+        """
+        if self.value_network is None:
+            return self._values_in(batch)
         size = batch.numel()
         if self.is_tensordict_module:
             inputs = torch.cat(
@@ -165,6 +179,17 @@ class GAE:
                 value = value.unsqueeze(-1)
         value = value.reshape(2, *batch.shape, *value.shape[1:])
         return value[0], value[1]
+
+    def _values_in(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        missing = [
+            key for key in (STATE_VALUE, (NEXT, STATE_VALUE)) if batch.get(key, None) is None
+        ]
+        if missing:
+            raise KeyError(
+                f"GAE(value_network=None) reads the values from the batch, which lacks "
+                f"{missing}; add them (e.g. with your value network) or pass value_network."
+            )
+        return batch.get(STATE_VALUE), batch.get((NEXT, STATE_VALUE))
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         """Return a shallow copy of `batch` with advantage, value target and values added."""

@@ -201,3 +201,17 @@ def test_cuda_matches_cpu() -> None:
     expected = GAE(0.9, 0.9, net)(batch)["advantage"]
     advantage = GAE(0.9, 0.9, net.to("cuda"))(batch.to("cuda"))["advantage"]
     torch.testing.assert_close(advantage.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_values_already_in_the_batch_match_torchrl_without_a_network() -> None:
+    batch = make_batch([3], 20, seed=4)
+    net = TensorDictModule(make_value_net(), ["observation"], ["state_value"])
+    with torch.no_grad():
+        net(batch)
+        net(batch["next"])
+    ours = GAE(0.99, 0.95, None)(batch)
+    reference = TorchRLGAE(gamma=0.99, lmbda=0.95, value_network=None)(batch.clone())
+    for key in ["advantage", "value_target"]:
+        torch.testing.assert_close(ours[key], reference[key], rtol=1e-6, atol=1e-6)
+    with pytest.raises(KeyError, match=r"lacks \[\('next', 'state_value'\)\]"):
+        GAE(0.99, 0.95, None)(batch.exclude(("next", "state_value")))
