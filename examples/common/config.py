@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from hydra.utils import instantiate, to_absolute_path
+from hydra.utils import get_object, instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -35,6 +37,62 @@ def require_target(cfg: DictConfig, key: str) -> None:
             f"got {OmegaConf.to_yaml(node).strip() if isinstance(node, DictConfig) else node!r}."
             f" Add one, e.g. {key}._target_=<module.Class>, or pick a file of its config group."
         )
+
+
+def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
+    """The keyword arguments `target` takes (None: it takes any). A multi-process collector
+    passes its extra options to the collector each worker builds, so those count too."""
+    try:
+        parameters = dict(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        from rlcollect.collectors import Collector
+        from rlcollect.collectors.multi import MultiCollectorBase
+
+        if not (isinstance(target, type) and issubclass(target, MultiCollectorBase)):
+            return None
+        for source in (MultiCollectorBase, Collector):
+            parameters = {**inspect.signature(source).parameters, **parameters}
+    return {name: p for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_target_arguments(cfg: DictConfig, key: str) -> None:
+    """Check the node at `key` (and its nested `_target_` nodes) against its target's
+    signature: every key must be an argument (a misspelling gets the closest name), and a
+    number argument must not be given a string.
+
+    Raises:
+        ConfigError: naming the key, the target and what would be accepted.
+    """
+    node = value_at(cfg, key)
+    try:
+        target = get_object(node["_target_"])
+    except Exception as err:
+        raise ConfigError(f"{key}._target_={node['_target_']!r} cannot be imported: {err}") from err
+    accepted = _accepted_arguments(target)
+    for name in node:
+        name = str(name)
+        if name.startswith("_"):
+            continue
+        value = OmegaConf.select(node, name)
+        if isinstance(value, DictConfig) and "_target_" in value:
+            check_target_arguments(cfg, f"{key}.{name}")
+        if accepted is None:
+            continue
+        if name not in accepted:
+            close = difflib.get_close_matches(name, list(accepted), n=1)
+            hint = f" Did you mean {key}.{close[0]}?" if close else ""
+            raise ConfigError(f"{key}.{name}: {node['_target_']} takes no argument {name!r}.{hint}")
+        default = accepted[name].default
+        if _is_number(default) and not _is_number(value) and value is not None:
+            raise ConfigError(
+                f"{key}.{name}={value!r}: expected a number (like its default, {default!r})."
+            )
 
 
 def require_positive_int(cfg: DictConfig, key: str, *, allow_endless: bool = False) -> None:
@@ -138,6 +196,7 @@ def validate(
         raise ConfigError(f"{key}: {err}") from err
     for key in targets:
         require_target(cfg, key)
+        check_target_arguments(cfg, key)
     require_gym_id(cfg)
     require_positive_int(cfg, "collector.frames_per_batch")
     require_positive_int(cfg, "collector.total_frames", allow_endless=True)

@@ -37,6 +37,17 @@ def config(name: str, *overrides: str) -> DictConfig:
         (["ppo.clip_epsilon=abc"], r"^ppo.clip_epsilon='abc': expected a number > 0"),
         (["collector.split_trajs=true"], r"^collector.split_trajs=True: PPO computes GAE"),
         (["collector.init_random_frames=256"], r"^collector.init_random_frames=256: PPO's loss"),
+        (
+            ["+collector.total_frame=1000"],
+            r"^collector.total_frame: rlcollect.collectors.Collector takes no argument "
+            r"'total_frame'. Did you mean collector.total_frames\?",
+        ),
+        (
+            ["collector=multisync", "+collector.num_worker=2"],
+            r"^collector.num_worker: .*MultiSyncCollector .* Did you mean collector.num_workers",
+        ),
+        (["optim.lr=abc"], r"^optim.lr='abc': expected a number \(like its default, 0.001\)"),
+        (["+gae.lambda=0.9"], r"^gae.lambda: rlcollect.transforms.GAE .* gae.lmbda\?"),
     ],
 )
 def test_ppo_config_errors_name_the_key(
@@ -47,10 +58,22 @@ def test_ppo_config_errors_name_the_key(
 
 
 @pytest.mark.parametrize("name", ["ppo", "dqn", "collect"])
-def test_default_configs_pass_the_checks(scripts: dict[str, ModuleType], name: str) -> None:
+@pytest.mark.parametrize("collector", ["single", "multisync", "multiasync"])
+def test_default_configs_pass_the_checks(
+    scripts: dict[str, ModuleType], name: str, collector: str
+) -> None:
     from common.config import validate
 
-    validate(config(name), targets=["env.make", "collector"])
+    validate(config(name, f"collector={collector}"), targets=["env.make", "collector"])
+
+
+def test_nested_target_arguments_are_checked(scripts: dict[str, ModuleType]) -> None:
+    from common.config import ConfigError, validate
+
+    cfg = config("dqn", "+replay_buffer.storage.max_sise=10")
+    message = r"^replay_buffer.storage.max_sise: .* Did you mean replay_buffer.storage.max_size\?"
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg, targets=["replay_buffer"])
 
 
 @pytest.mark.parametrize("name", ["ppo", "dqn", "collect"])
