@@ -11,6 +11,7 @@ The run directory receives metrics.csv, return.png and checkpoint.pt (collector 
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from omegaconf import DictConfig
 from tensordict.nn import TensorDictModule
 
 from rlcollect import keys
+
+log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
 
 def train(cfg: DictConfig) -> None:
@@ -74,7 +77,7 @@ def train(cfg: DictConfig) -> None:
     recorder.close()
     collector.shutdown()
     collected = collector.frames - start_frames
-    print(
+    log.info(
         f"collected {collected} frames in {seconds:.2f} s: {collected / max(seconds, 1e-9):.0f} "
         f"frames/s (env {cfg.env.id}, batch {tuple(info.batch_size)}, "
         f"policy {type(actor).__name__ if actor is not None else 'random'}); "

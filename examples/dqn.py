@@ -16,6 +16,7 @@ return.png and checkpoint.pt (the replay buffer is not saved: a resumed run refi
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from pathlib import Path
@@ -46,6 +47,8 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlcollect import keys
+
+log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
 BEST_POLICY_NAME = "best_policy.pt"
 EXTRA_COLUMNS = ("loss", "epsilon", "lr", "updates", "buffer_size", "eval_return")
@@ -408,7 +411,7 @@ class PeriodicEvaluation:
         best.load_state_dict(saved["policy"])
         module = TensorDictModule(best, in_keys=self.policy.in_keys, out_keys=[keys.ACTION])
         mean = evaluate(self.env_factory, module, self.episodes, self.fresh_seed)
-        print(
+        log.info(
             f"best policy ({saved['eval_return']:.1f} at {saved['frames']} frames, "
             f"{self.best_path}): mean return {mean:.1f} over {self.episodes} new episodes"
         )

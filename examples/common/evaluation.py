@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,6 +10,8 @@ import torch
 from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect import keys
+
+log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from states training never sees
 
@@ -74,7 +77,7 @@ def report_run(
         *(f"{column}={row.get(column)}" for column in columns),
         f"run_dir={recorder.run_dir}",
     ]
-    print(" ".join(fields))
+    log.info(" ".join(fields))
     if episodes > 0:
         greedy = evaluate(env_factory, policy, episodes, seed)
-        print(f"greedy evaluation: mean return {greedy:.1f} over {episodes} episodes")
+        log.info(f"greedy evaluation: mean return {greedy:.1f} over {episodes} episodes")

@@ -253,10 +253,11 @@ def test_resumed_metrics_drop_the_rows_logged_after_the_checkpoint(
 
 
 def test_report_of_a_run_that_logged_nothing_names_its_frames(
-    common: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    common: ModuleType, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Resuming a finished run logs no row: the report still gives the run's frames."""
     recorder = common.recorder.RunRecorder(tmp_path, 1000, 1000, progress=False)
     recorder.close()
-    common.evaluation.report_run(recorder, None, None, episodes=0)
-    assert "frames=1000 " in capsys.readouterr().out
+    with caplog.at_level("INFO"):
+        common.evaluation.report_run(recorder, None, None, episodes=0)
+    assert "frames=1000 " in caplog.text

@@ -143,3 +143,11 @@ def test_dqn_refuses_continuous_actions(scripts: dict[str, ModuleType]) -> None:
     info = probe_env(build_partial(cfg, "env.make"))
     with pytest.raises(dqn.ConfigError, match=r"^env.id='Pendulum-v1' has continuous actions"):
         dqn.require_discrete(cfg, info)
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "collect"])
+def test_run_and_multirun_dirs_are_under_the_script_name(name: str) -> None:
+    with initialize_config_dir(config_dir=str(EXAMPLES / "conf"), version_base=None):
+        cfg = compose(config_name=name, return_hydra_config=True)
+    assert cfg.hydra.run.dir.startswith(f"outputs/{name}/")
+    assert cfg.hydra.sweep.dir.startswith(f"multirun/{name}/")

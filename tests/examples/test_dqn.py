@@ -52,6 +52,7 @@ def test_dqn_trains_in_the_background_then_resumes(tmp_path: Path) -> None:
     assert best["eval_return"] == max(evaluated)
     assert "q_network.head.weight" in best["policy"]
     assert "best policy (" in result.stdout
+    assert "best policy (" in (tmp_path / "dqn.log").read_text(), "the job log"
 
     resumed = run_script(
         "dqn",

@@ -38,6 +38,7 @@ def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert checkpoint_frames(first) == 1024
     assert "frame/s" in result.stderr, "the tqdm progress bar shows frames/s"
     assert "greedy evaluation: mean return" in result.stdout
+    assert "greedy evaluation: mean return" in (first / "ppo.log").read_text(), "the job log"
 
     resumed = run_script(
         "ppo", second, *TINY, "collector.total_frames=2048", f"resume={first / 'checkpoint.pt'}"
