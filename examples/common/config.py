@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -260,8 +261,23 @@ def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
 
 
 def run_or_exit(train: Callable[[DictConfig], None], cfg: DictConfig) -> None:
-    """Run a script's `train(cfg)`; a config error ends the run with its message, no traceback."""
+    """Run a script's `train(cfg)`; a config error ends the run with its message, no traceback,
+    and removes the run dir Hydra made for it when the run wrote nothing there."""
     try:
         train(cfg)
     except ConfigError as err:
+        remove_empty_run_dir()
         raise SystemExit(f"config error: {err}") from err
+
+
+def remove_empty_run_dir() -> None:
+    """Delete this job's run dir if it holds only Hydra's own files (`.hydra/`, the job log):
+    a run stopped by a config error should not leave an empty run behind."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_files = {".hydra", f"{HydraConfig.get().job.name}.log"}
+    if run_dir.is_dir() and {path.name for path in run_dir.iterdir()} <= hydra_files:
+        shutil.rmtree(run_dir, ignore_errors=True)

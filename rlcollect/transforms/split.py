@@ -68,7 +68,8 @@ def split_trajectories(
     `split_trajectories` orders them. Every entry is padded with zeros (False for booleans,
     including the padded trajectory ids) and a bool mask, True on real steps, is written next to
     the trajectory ids (`("collector", "mask")` by default). The result is a new tensordict with
-    names `[None, "time"]`; the input is left untouched.
+    names `[None, "time"]` (TorchRL drops the name; we keep it, since the last dim still is
+    time, and code that reads names finds it); the input is left untouched.
 
     Args:
         batch: a batch with at least one dim, the last being time.

@@ -57,6 +57,7 @@ def test_ppo_config_error_stops_before_any_work_naming_the_key(tmp_path: Path) -
     assert "config error: collector.frames_per_batch=-5" in result.stderr
     assert not (tmp_path / "metrics.csv").exists()
     assert not (tmp_path / "checkpoint.pt").exists()
+    assert not tmp_path.exists() or not any(tmp_path.iterdir()), "no empty run dir is left"
 
 
 @pytest.mark.slow
