@@ -13,12 +13,14 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
+from rlcollect import keys
 from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
 from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import BatchOptions, optional_frames, validate_frames
+from rlcollect.collectors.policy import warn_if_action_misfits
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.envs.factory import make_env
@@ -217,6 +219,12 @@ class Collector(BatchIteration):
         self.layout = CarrierLayout.build(
             self.env, self.policy, self.steps_per_batch, self.devices, track_policy_version
         )
+        if self.policy.module is not None:
+            warn_if_action_misfits(
+                self.env.action_spec,
+                self.layout.carrier.get(keys.ACTION),
+                len(self.env.batch_size),
+            )
         self._random_step = self.layout.random_step(self.env.action_spec)
         self._policy_step = (
             self.layout.policy_step(self.policy, self.inference_mode) or self._random_step

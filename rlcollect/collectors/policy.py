@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -65,6 +66,23 @@ def is_unset_random_policy(policy: Any) -> bool:
         type(policy).__name__ == "RandomPolicy"
         and type(policy).__module__.startswith("torchrl.")
         and getattr(policy, "action_spec", ...) is None
+    )
+
+
+def warn_if_action_misfits(action_spec: Any, action: torch.Tensor, batch_dims: int) -> None:
+    """Warn (once: at construction) when the policy's action does not fit the env's action
+    spec in dtype or per-frame shape, naming both: e.g. raw logits (float `[2]`) stored as the
+    action of an env that takes a one-hot int64 `[2]` or an index."""
+    spec_shape = tuple(action_spec.shape)[batch_dims:]
+    action_shape = tuple(action.shape)[batch_dims + 1 :]  # past the time dim
+    if action.dtype == action_spec.dtype and action_shape == spec_shape:
+        return
+    warnings.warn(
+        f"the policy writes 'action' as {action.dtype} of shape {list(action_shape)} per frame, "
+        f"but the env's action spec is {action_spec.dtype} of shape {list(spec_shape)} "
+        f"({type(action_spec).__name__}); the env may misread it. Make the policy output a "
+        "valid action (e.g. sample from its logits with a ProbabilisticTensorDictModule).",
+        stacklevel=3,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -150,3 +152,29 @@ def test_update_policy_weights_refuses_other_types() -> None:
     collector = Collector("CartPole-v1", biased(0), frames_per_batch=20, total_frames=40)
     with pytest.raises(TypeError, match=r"takes None, an nn\.Module, a state dict .*got int"):
         collector.update_policy_weights_(42)
+
+
+def test_an_action_that_misfits_the_spec_warns_once_naming_both() -> None:
+    import warnings
+
+    from tests.collectors.policies import greedy_module
+
+    logits = TensorDictModule(torch.nn.Linear(4, 2), in_keys=["observation"], out_keys=["action"])
+    message = (
+        r"the policy writes 'action' as torch.float32 of shape \[2\] per frame, but the env's "
+        r"action spec is torch.int64 of shape \[2\] \(OneHot\)"
+    )
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        collector = Collector("CartPole-v1", logits, frames_per_batch=10)
+        collector.next()
+        collector.next()
+        collector.shutdown()
+    misfits = [str(w.message) for w in record if "policy writes" in str(w.message)]
+        str(warning.message) for warning in record if "policy writes" in str(warning.message)
+    ]
+    assert len(misfits) == 1
+    assert re.search(message, misfits[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        Collector("CartPole-v1", greedy_module(), frames_per_batch=10).shutdown()
