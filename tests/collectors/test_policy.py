@@ -171,8 +171,6 @@ def test_an_action_that_misfits_the_spec_warns_once_naming_both() -> None:
         collector.next()
         collector.shutdown()
     misfits = [str(w.message) for w in record if "policy writes" in str(w.message)]
-        str(warning.message) for warning in record if "policy writes" in str(warning.message)
-    ]
     assert len(misfits) == 1
     assert re.search(message, misfits[0])
     with warnings.catch_warnings():
