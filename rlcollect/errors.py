@@ -32,6 +32,16 @@ class WorkerError(RLCollectError, RuntimeError):
         super().__init__(text)
 
 
+class WorkerRaisedError(WorkerError):
+    """A worker answered a command with the exception it raised (it is alive and listening).
+
+    `recoverable` says whether the collector goes on: a control command (a seed, a state)
+    failed in a healthy worker, rather than a batch or a worker below it.
+    """
+
+    recoverable = False
+
+
 class WorkerTimeoutError(WorkerError):
     """A worker did not answer in time (an env step or a grandchild that never returns)."""
 

@@ -11,6 +11,7 @@ import difflib
 import inspect
 import math
 import multiprocessing
+import numbers
 import os
 import pickle
 import time
@@ -34,6 +35,7 @@ from rlcollect.collectors.weight_sync import (
     WeightSyncScheme,
     check_schemes,
     flat_weights,
+    transient_names,
     validated_weights,
 )
 from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand, WorkerSpec
@@ -114,6 +116,15 @@ def _in_worker_process() -> bool:
     return multiprocessing.parent_process() is not None
 
 
+def _check_seed(seed: Any) -> int:
+    """`seed` as an int that fits the worker protocol (int64), or an error naming it."""
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int; got {seed!r} ({type(seed).__name__}).")
+    if not -(2**63) <= int(seed) < 2**63:
+        raise ValueError(f"seed={seed} does not fit in 64 bits; use a smaller seed.")
+    return int(seed)
+
+
 def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The episode statistics of `Collector.stats()` over all workers: episodes summed, the
     mean returns averaged over the workers that have finished any (weighted by how many
@@ -178,6 +189,10 @@ class MultiCollectorBase(BatchIteration):
             )
         if policy is not None and policy_factory is not None:
             raise ValueError("pass policy or policy_factory, not both.")
+        if isinstance(num_sub_threads, bool) or not isinstance(num_sub_threads, int):
+            raise TypeError(f"num_sub_threads must be an int >= 1; got {num_sub_threads!r}.")
+        if num_sub_threads < 1:
+            raise ValueError(f"num_sub_threads={num_sub_threads} must be at least 1.")
         if policy_factory is not None and not callable(policy_factory):
             raise TypeError(
                 f"policy_factory must be a callable returning a policy; got {policy_factory!r}."
@@ -196,6 +211,7 @@ class MultiCollectorBase(BatchIteration):
         self.update_at_each_batch = bool(update_at_each_batch)
         self._policy = policy
         self._template = _weight_template(policy, policy_factory)
+        self._transient = transient_names(policy)
         self.scheme = self._choose_scheme(weight_sync_schemes)
         self.scheme.connect(self._template, num_workers)
         # What a restarted worker starts with: a copy, so that in-place training of the
@@ -235,6 +251,7 @@ class MultiCollectorBase(BatchIteration):
             startup_timeout=startup_timeout,
             on_failure=self.shutdown,
             current_weights=lambda: (self._weights, self.policy_version),
+            frames_written=self._frames_written,
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
@@ -333,6 +350,7 @@ class MultiCollectorBase(BatchIteration):
             )
 
     def _before_batch(self) -> None:
+        self.pool.check_open()
         self._check_idle("next()")
         if self._start_time is None:
             self._start_time = time.perf_counter()
@@ -386,7 +404,7 @@ class MultiCollectorBase(BatchIteration):
                 "update_policy_weights_() without weights reads them from the policy given at "
                 "construction, but this collector was built with policy_factory; pass weights."
             )
-        checked = validated_weights(source, self._template)
+        checked = validated_weights(source, self._template, self._transient)
         self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
 
     def apply_weights(
@@ -400,6 +418,8 @@ class MultiCollectorBase(BatchIteration):
         acknowledgement (what a parent collector's update calls in a worker)."""
         self.pool.check_open()
         timeout = UPDATE_TIMEOUT if timeout is None else timeout
+        if not timeout > 0:
+            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
         slots = self._select(worker_ids)
         self._weights = {name: tensor.detach().clone() for name, tensor in weights.items()}
         self.policy_version = version
@@ -413,13 +433,14 @@ class MultiCollectorBase(BatchIteration):
     def _select(self, worker_ids: int | Sequence[int] | None) -> list[WorkerSlot]:
         if worker_ids is None:
             return list(self.pool.slots)
-        ids = [worker_ids] if isinstance(worker_ids, int) else list(worker_ids)
-        for index in ids:
-            if not 0 <= index < self.num_workers:
+        ids: Any = worker_ids  # an int (NumPy's too) or a sequence of them
+        given: list[Any] = [ids] if isinstance(ids, numbers.Integral) else list(ids)
+        for index in given:
+            if not isinstance(index, numbers.Integral) or not 0 <= int(index) < self.num_workers:
                 raise ValueError(
-                    f"worker_ids has {index}; workers are numbered 0..{self.num_workers - 1}."
+                    f"worker_ids has {index!r}; workers are numbered 0..{self.num_workers - 1}."
                 )
-        return [self.pool.slots[index] for index in ids]
+        return [self.pool.slots[int(index)] for index in given]
 
     # --- background collection into a shared replay buffer -------------------------------------
 
@@ -431,6 +452,11 @@ class MultiCollectorBase(BatchIteration):
                 "start() fills a replay buffer; pass replay_buffer=ReplayBuffer(..., "
                 "shared=True) to the collector."
             )
+        if self._in_background:
+            raise MisuseError("start() was already called; the workers are filling the buffer.")
+        if self.is_done:
+            return  # total_frames already collected: nothing is left to write
+        self.pool.check_open()
         if self._start_time is None:
             self._start_time = time.perf_counter()
         left = self.total_frames - self.frames if self.total_frames > 0 else 0
@@ -439,19 +465,21 @@ class MultiCollectorBase(BatchIteration):
             # In proportion to the worker's batch, in whole batches (0: no limit).
             share = -(-left * slot.frames_per_batch // every_batch)
             share = -(-share // slot.frames_per_batch) * slot.frames_per_batch
-            self.pool.request([slot], WorkerCommand.START, share)
+            self.pool.start_background(slot, share, int(self._frames_written[slot.index]))
         self._in_background = True
 
     @contextmanager
     def pause(self) -> Iterator[None]:
-        """Context manager: no worker collects or writes while it is active."""
-        self.pool.request(self.pool.slots, WorkerCommand.PAUSE)
+        """Context manager: no worker collects or writes while it is active (pauses nest:
+        the workers go on when the outermost one ends)."""
+        if not self._pauses:
+            self.pool.request(self.pool.slots, WorkerCommand.PAUSE)
         self._pauses += 1
         try:
             yield
         finally:
             self._pauses -= 1
-            if self.pool.is_open:
+            if not self._pauses and self.pool.is_open:
                 self.pool.request(self.pool.slots, WorkerCommand.RESUME)
 
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
@@ -464,6 +492,8 @@ class MultiCollectorBase(BatchIteration):
         if self.pool.is_open:
             self.pool.request(self.pool.slots, WorkerCommand.STOP, timeout=timeout)
             self._in_background = False
+            for slot in self.pool.slots:
+                slot.background = None
             if close_env:
                 self._final = (self.state_dict(), self.stats())
         if close_env:
@@ -476,6 +506,7 @@ class MultiCollectorBase(BatchIteration):
         worker is seeded apart and the same seed gives the same batches; returns the next
         seed. Each worker's next batch starts from a reset."""
         self._check_idle("set_seed()")
+        seed = _check_seed(seed)
         for slot in self.pool.slots:
             slot.seed = seed
             (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
@@ -512,6 +543,12 @@ class MultiCollectorBase(BatchIteration):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`, worker by worker."""
         self._check_idle("load_state_dict()")
+        missing = {"frames", "iterations", "policy_version", "workers"} - set(state)
+        if missing:
+            raise KeyError(
+                f"the state lacks {sorted(missing)}; pass what this collector's state_dict() "
+                "returned."
+            )
         workers = state["workers"]
         if len(workers) != self.num_workers:
             raise ValueError(

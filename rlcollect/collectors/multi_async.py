@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.collectors.multi import MultiCollectorBase
+from rlcollect.collectors.worker import WorkerCommand
 from rlcollect.collectors.worker_pool import WorkerSlot
 
 
@@ -33,6 +34,11 @@ class MultiAsyncCollector(MultiCollectorBase):
     """
 
     def __init__(self, create_env_fn: Any, policy: Any = None, **options: Any) -> None:
+        if "cat_results" in options:
+            raise TypeError(
+                "cat_results is MultiSyncCollector's: MultiAsyncCollector yields each worker's "
+                "batch as it is; drop cat_results."
+            )
         frames = options.get("frames_per_batch")
         if isinstance(frames, int) and not isinstance(frames, bool):
             num_workers = len(create_env_fn) if isinstance(create_env_fn, list | tuple) else None
@@ -48,6 +54,30 @@ class MultiAsyncCollector(MultiCollectorBase):
     def _round_total(self, total_frames: int) -> int:
         return total_frames  # batches of different workers may differ; no rounding
 
+    def __len__(self) -> int:
+        """The number of batches up to `total_frames` (the last may pass it, as in TorchRL);
+        undefined when workers collect batches of different sizes (it depends on timing)."""
+        sizes = {slot.frames_per_batch for slot in self.pool.slots}
+        if self.total_frames <= 0 or len(sizes) > 1:
+            raise TypeError(
+                "len() is undefined for an endless collector, or when workers' batches differ "
+                f"in size (here {sorted(sizes)}): the count depends on which finishes first."
+            )
+        return -(-self.total_frames // sizes.pop())
+
+    def _launch(self, slot: WorkerSlot) -> None:
+        """Ask `slot` for a batch unless the batches already on their way reach
+        `total_frames` (so no batch is collected, or written to a buffer, past it)."""
+        if self.total_frames > 0:
+            on_the_way = sum(
+                other.frames_per_batch
+                for other in self.pool.slots
+                if other.has_batch or WorkerCommand.COLLECT in other.pending
+            )
+            if self.frames + on_the_way >= self.total_frames:
+                return
+        slot.launch(self.pool.deadline())
+
     def next(self) -> TensorDictBase | None:
         """Return the next batch any worker finishes (None when workers fill a buffer).
 
@@ -57,10 +87,9 @@ class MultiAsyncCollector(MultiCollectorBase):
         if self.is_done:
             raise StopIteration
         self._before_batch()
-        deadline = self.pool.deadline()
         for slot in self.pool.slots:
             if not slot.pending and not slot.has_batch:
-                slot.launch(deadline)
+                self._launch(slot)
         # Start the search after the worker served last, so that no worker is starved.
         order = self.pool.slots[self._turn :] + self.pool.slots[: self._turn]
         slot = self.pool.await_first_batch(order)
@@ -69,7 +98,7 @@ class MultiAsyncCollector(MultiCollectorBase):
         if self.update_at_each_batch and self._policy is not None and self._template:
             self.update_policy_weights_(worker_ids=slot.index)
         if not self.is_done:
-            slot.launch(self.pool.deadline())
+            self._launch(slot)
         return batch if batch is None else self._finish(batch)
 
     def _take(self, slot: WorkerSlot) -> TensorDictBase | None:

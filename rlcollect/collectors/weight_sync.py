@@ -78,6 +78,11 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
         self._shared: TensorDict | None = None
 
     def connect(self, template: Weights, num_workers: int) -> None:
+        if self._shared is not None:
+            raise ValueError(
+                "this SharedMemWeightSyncScheme already serves a collector; give each "
+                "collector its own scheme instance."
+            )
         shared = TensorDict(
             {name: tensor.detach().cpu().clone() for name, tensor in template.items()}
         )
@@ -175,16 +180,29 @@ def _align_prefix(names: set[str], template: set[str]) -> str | None:
     return None
 
 
-def validated_weights(weights: Any, template: Weights) -> Weights:
+def transient_names(policy: Any) -> frozenset[str]:
+    """The names `TensorDict.from_module(policy)` has but its state dict lacks: buffers
+    registered with `persistent=False`, which are no weights to send."""
+    if not isinstance(policy, nn.Module):
+        return frozenset()
+    every = set(TensorDict.from_module(policy).flatten_keys(".").keys())
+    return frozenset(every - set(policy.state_dict()))
+
+
+def validated_weights(
+    weights: Any, template: Weights, transient: frozenset[str] = frozenset()
+) -> Weights:
     """`weights` checked against `template` (names, shapes, dtypes), detached, on CPU.
 
     The weights of the policy the collector was given may come as they are or as those of the
-    plain module a `TensorDictModule` wraps (names without its `module.` prefix).
+    plain module a `TensorDictModule` wraps (names without its `module.` prefix). Entries named
+    in `transient` (non-persistent buffers, which `TensorDict.from_module` includes) are left
+    out.
 
     Raises:
         ValueError: naming the missing or extra key, or the key of wrong shape or dtype.
     """
-    flat = flat_weights(weights)
+    flat = {name: value for name, value in flat_weights(weights).items() if name not in transient}
     if set(flat) != set(template):
         alignment = _align_prefix(set(flat), set(template))
         if alignment is not None:

@@ -168,7 +168,7 @@ class CollectorServer:
         self.handlers: dict[int, Callable[[int, bytes], bytes]] = {
             WorkerCommand.COLLECT: self.collect,
             WorkerCommand.UPDATE_WEIGHTS: self.update_weights,
-            WorkerCommand.SEED: lambda seed, _: SEED_REPLY.pack(collector.set_seed(seed)),
+            WorkerCommand.SEED: self.set_seed,
             WorkerCommand.RESET: lambda *_: self.call(collector.reset),
             WorkerCommand.STATE_DICT: lambda *_: pickle.dumps(collector.state_dict()),
             WorkerCommand.LOAD_STATE_DICT: self.load_state_dict,
@@ -224,6 +224,12 @@ class CollectorServer:
         if weights is not None:
             self.collector.apply_weights(weights, version, timeout)
         return b""
+
+    def set_seed(self, seed: int, _: bytes) -> bytes:
+        """Seed the env and this process's torch generator (random actions, a stochastic
+        policy's draws): each worker gets its own seed, so they differ and replay alike."""
+        torch.manual_seed(seed)
+        return SEED_REPLY.pack(self.collector.set_seed(seed))
 
     def start(self, frames: int, _: bytes) -> bytes:
         """Fill the replay buffer in the background; `frames` > 0 caps this worker's total

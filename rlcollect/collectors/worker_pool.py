@@ -20,6 +20,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 import cloudpickle
+import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.worker import (
@@ -36,8 +37,21 @@ from rlcollect.envs.worker_process import (
     encode,
     shut_down_workers,
 )
-from rlcollect.errors import MisuseError, WorkerError, WorkerTimeoutError
+from rlcollect.errors import MisuseError, WorkerError, WorkerRaisedError, WorkerTimeoutError
 
+# Commands whose failure in a healthy worker leaves it (and the collector) usable.
+CONTROL_COMMANDS = frozenset(
+    {
+        WorkerCommand.SEED,
+        WorkerCommand.STATE_DICT,
+        WorkerCommand.LOAD_STATE_DICT,
+        WorkerCommand.STATS,
+        WorkerCommand.PAUSE,
+        WorkerCommand.RESUME,
+        WorkerCommand.STOP,
+        WorkerCommand.TRAJECTORY_IDS,
+    }
+)
 # Seconds a closing worker gets to close its envs before it is terminated.
 CLOSE_TIMEOUT = 5.0
 # Trajectory ids of a restarted worker move on by this many of its ids, so they never meet
@@ -61,6 +75,9 @@ class WorkerSlot:
     restarts: int = 0
     policy_version: int = 0
     seed: int | None = None
+    # While it fills the buffer in the background: its share of frames (0: no limit) and the
+    # frames it had written when it started.
+    background: tuple[int, int] | None = None
     deadline: float = float("inf")
 
     def send(self, command: WorkerCommand, argument: int = 0, payload: bytes = b"") -> None:
@@ -107,6 +124,7 @@ class WorkerPool:
         startup_timeout: seconds the workers may take to build their collectors.
         on_failure: called before a worker failure is raised (the owner shuts down).
         current_weights: `() -> (weights, version)`, what a restarted worker starts with.
+        frames_written: the shared per-worker count of frames written to the replay buffer.
     """
 
     def __init__(
@@ -120,6 +138,7 @@ class WorkerPool:
         startup_timeout: float,
         on_failure: Callable[[], None],
         current_weights: Callable[[], tuple[dict[str, Any] | None, int]],
+        frames_written: torch.Tensor,
     ) -> None:
         self.specs = list(specs)
         self.context = context
@@ -128,6 +147,7 @@ class WorkerPool:
         self.restart_dead_workers = restart_dead_workers
         self.on_failure = on_failure
         self.current_weights = current_weights
+        self.frames_written = frames_written
         self._handles: list[WorkerHandle] = []
         self._finalizer = weakref.finalize(
             self, shut_down_workers, self._handles, encode(WorkerCommand.CLOSE), CLOSE_TIMEOUT
@@ -194,6 +214,8 @@ class WorkerPool:
         if slot.seed is not None:
             slot.send(WorkerCommand.SEED, slot.seed + 7919 * slot.restarts)
             self.await_reply(slot, WorkerCommand.SEED)
+        if slot.background is not None:
+            self.start_background(slot, *slot.background)
         for message in lost:
             slot.pending.append(HEADER.unpack_from(message)[0])
             slot.messages.append(message)
@@ -225,35 +247,53 @@ class WorkerPool:
         self, slot: WorkerSlot, command: WorkerCommand, deadline: float = float("inf")
     ) -> bytes:
         """Read `slot`'s replies up to the one to `command` and return its payload; batches
-        that finish on the way are recorded. A dead worker is restarted when allowed; any
-        other failure shuts the collector down and raises."""
+        that finish on the way are recorded. A dead worker is restarted when allowed. An
+        exception a healthy worker raised in a control command (a bad seed or state) is raised
+        and the collector goes on; any other failure shuts the collector down and raises."""
         try:
-            while True:
-                expected = slot.pending[0]
-                timeout = None
-                if deadline != float("inf"):
-                    timeout = max(0.0, deadline - time.monotonic())
-                try:
-                    payload = slot.handle.receive(timeout)
-                except WorkerError:
-                    if not (self.restart_dead_workers and not slot.handle.process.is_alive()):
-                        raise
-                    self.restart(slot, *self.current_weights())
-                    if command not in slot.pending:
-                        return b""
-                    # The fresh worker answers again what was lost: give it a full timeout.
-                    deadline = slot.deadline = max(deadline, self.deadline())
-                    continue
-                slot.answered()
-                if expected == WorkerCommand.COLLECT:
-                    slot.take_batch(payload)
-                if expected == command:
-                    return payload
-        except BaseException as err:
-            hung = isinstance(err, WorkerTimeoutError) and err.path == (slot.index,)
-            self.kill_busy(spare=None if hung else slot)
-            self.on_failure()
+            return self._read_replies(slot, command, deadline)
+        except WorkerRaisedError as err:
+            if err.recoverable:
+                raise
+            self._fail(slot, err)
             raise
+        except BaseException as err:
+            self._fail(slot, err)
+            raise
+
+    def _read_replies(self, slot: WorkerSlot, command: WorkerCommand, deadline: float) -> bytes:
+        while True:
+            expected = slot.pending[0]
+            timeout = None
+            if deadline != float("inf"):
+                timeout = max(0.0, deadline - time.monotonic())
+            try:
+                payload = slot.handle.receive(timeout)
+            except WorkerRaisedError as err:
+                slot.answered()
+                err.recoverable = expected in CONTROL_COMMANDS and len(err.path) == 1
+                raise
+            except WorkerError:
+                if not (self.restart_dead_workers and not slot.handle.process.is_alive()):
+                    raise
+                self.restart(slot, *self.current_weights())
+                if command not in slot.pending:
+                    return b""
+                # The fresh worker answers again what was lost: give it a full timeout.
+                deadline = slot.deadline = max(deadline, self.deadline())
+                continue
+            slot.answered()
+            if expected == WorkerCommand.COLLECT:
+                slot.take_batch(payload)
+            if expected == command:
+                return payload
+
+    def _fail(self, slot: WorkerSlot, err: BaseException) -> None:
+        """End what a failure leaves running: busy workers at once (a hung one too), then
+        the owner (which shuts the collector down)."""
+        hung = isinstance(err, WorkerTimeoutError) and err.path == (slot.index,)
+        self.kill_busy(spare=None if hung else slot)
+        self.on_failure()
 
     def await_first_batch(self, slots: Sequence[WorkerSlot]) -> WorkerSlot:
         """The first slot of `slots` with a batch waiting: one already recorded, else the first
@@ -274,6 +314,18 @@ class WorkerPool:
                 self.await_reply(slot, WorkerCommand.COLLECT, slot.deadline)
                 if slot.has_batch:
                     return slot
+
+    def start_background(self, slot: WorkerSlot, share: int, written_before: int) -> None:
+        """Have `slot` fill the buffer in the background with what is left of `share` frames
+        (0: no limit), counting from `written_before` (what it had written when its share was
+        set): a restarted worker goes on with the rest of its predecessor's share."""
+        written = int(self.frames_written[slot.index]) - written_before
+        left = max(0, share - written) if share else 0
+        slot.background = (left, int(self.frames_written[slot.index]))
+        if share and not left:
+            return
+        slot.send(WorkerCommand.START, left)
+        self.await_reply(slot, WorkerCommand.START)
 
     def kill_busy(self, spare: WorkerSlot | None = None) -> None:
         """End every worker still busy with a command (but `spare`) at once: after a failure
@@ -304,7 +356,10 @@ class WorkerPool:
 
     def close(self) -> None:
         """Stop every worker (bounded: a worker that does not exit in time is terminated) and
-        unmap their shared-memory batches."""
+        unmap their shared-memory batches. A worker still busy with a command (a batch in
+        flight, a hung step) is ended at once: its batch is abandoned."""
+        if self.is_open:
+            self.kill_busy()
         self._finalizer()
         for slot in self.slots:
             slot.batch, slot.has_batch = None, False

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rlcollect.errors import WorkerError, WorkerTimeoutError
+from rlcollect.errors import WorkerError, WorkerRaisedError, WorkerTimeoutError
 
 HEADER = struct.Struct("<Bq")
 OK = b"\x00"
@@ -114,6 +114,9 @@ def bootstrap(
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(num_threads)
+    # Forked from one server, every worker would draw the same random numbers: start each
+    # from fresh entropy (a seed sent later makes them reproducible).
+    torch.seed()
     watchdog = threading.Thread(target=_exit_when_parent_dies, args=(lifeline,), daemon=True)
     watchdog.start()
     target(index, connection, *args)
@@ -235,7 +238,7 @@ class WorkerHandle:
             return b""
         if reply[:1] == ERROR:
             message, remote_traceback, below = pickle.loads(reply[1:])
-            raise WorkerError((self.index, *below), message, remote_traceback)
+            raise WorkerRaisedError((self.index, *below), message, remote_traceback)
         return reply[1:]
 
     def death_error(self) -> WorkerError:
@@ -278,9 +281,11 @@ class WorkerHandle:
 
 
 def shut_down_workers(workers: list[WorkerHandle], close_message: bytes, timeout: float) -> None:
-    """Ask every worker of `workers` to close, wait for them (at most `timeout` seconds each
-    before they are terminated) and empty the list, so a second call does nothing."""
+    """Ask every worker of `workers` to close, wait for them all (together at most `timeout`
+    seconds before the rest are terminated) and empty the list, so a second call does
+    nothing."""
     for worker in workers:
         worker.request_close(close_message)
+    deadline = time.monotonic() + timeout
     while workers:
-        workers.pop().finish(timeout)
+        workers.pop().finish(max(0.05, deadline - time.monotonic()))
