@@ -47,3 +47,13 @@ def test_multi_process_example_runs() -> None:
     exec(compile(code, str(README), "exec"), namespace)
     assert namespace["data"].batch_size == (2, 500)  # type: ignore[attr-defined]
     assert namespace["collector"].policy_version == 4  # type: ignore[attr-defined]
+
+
+def test_running_experiments_lists_every_config_and_how_to_activate() -> None:
+    section = README.read_text().split("## Running experiments", 1)[1].split("\n## ", 1)[0]
+    assert "source .venv/bin/activate" in section
+    conf = README.parent / "examples" / "conf"
+    for group in ("env", "collector"):
+        for config in sorted((conf / group).glob("*.yaml")):
+            assert f"`{config.stem}`" in section, f"{group}={config.stem} is not listed"
+    assert "resume=" in section

@@ -330,7 +330,11 @@ class MultiCollectorBase(BatchIteration):
     @property
     def frames(self) -> int:  # type: ignore[override]  # a count the workers keep too
         """Frames collected: handed out by `next()`, or written to the replay buffer by the
-        workers (in the background too)."""
+        workers (in the background too). While they write in the background, reading it also
+        checks that they live, so a loop waiting on it learns of a dead worker (or has it
+        restarted) instead of waiting forever."""
+        if self._in_background and self.pool.is_open:
+            self.pool.check_alive()
         return self._frames + int(self._frames_written.sum())
 
     def next(self) -> TensorDictBase | None:

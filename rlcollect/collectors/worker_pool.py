@@ -327,6 +327,19 @@ class WorkerPool:
         slot.send(WorkerCommand.START, left)
         self.await_reply(slot, WorkerCommand.START)
 
+    def check_alive(self) -> None:
+        """Find workers that died while nobody waited on them (filling the buffer in the
+        background): restart each when allowed, else shut down and raise its death."""
+        for slot in self.slots:
+            if slot.handle.process.is_alive():
+                continue
+            if self.restart_dead_workers:
+                self.restart(slot, *self.current_weights())
+                continue
+            error = slot.handle.death_error()
+            self._fail(slot, error)
+            raise error
+
     def kill_busy(self, spare: WorkerSlot | None = None) -> None:
         """End every worker still busy with a command (but `spare`) at once: after a failure
         the collector shuts down within a bounded time, without waiting for batches or hung

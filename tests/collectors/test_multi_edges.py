@@ -138,10 +138,9 @@ def test_a_worker_restarted_in_the_background_writes_the_rest_of_its_share() -> 
         collector.start()
         wait_for(lambda: buffer.write_count > 200)
         os.kill(collector.pool.pids[1], signal.SIGKILL)
-        time.sleep(0.2)
-        stats = collector.stats()  # the dead worker is found, restarted and started again
-        assert [worker["restarts"] for worker in stats["workers"]] == [0, 1]
+        # Waiting on the frame count finds the dead worker, restarts and starts it again.
         wait_for(lambda: collector.is_done)
+        assert [worker["restarts"] for worker in collector.stats()["workers"]] == [0, 1]
         collector.async_shutdown()
     # The new worker writes what was left of the share; the one batch the killed worker was
     # writing may be lost or counted in part.
@@ -196,3 +195,24 @@ def test_bad_construction_arguments_are_named() -> None:
         MultiSyncCollector(counting_env, num_workers=1, frames_per_batch=10, num_sub_threads=0)
     with pytest.raises(TypeError, match=r"cat_results is MultiSyncCollector's"):
         MultiAsyncCollector(counting_env, num_workers=1, frames_per_batch=10, cat_results=0)
+
+
+def test_a_worker_dying_in_the_background_is_reported_to_a_loop_waiting_on_frames() -> None:
+    buffer = shared_buffer()
+    collector = MultiSyncCollector(
+        counting_env, num_workers=2, frames_per_batch=20, replay_buffer=buffer
+    )
+    collector.start()
+    wait_for(lambda: buffer.write_count > 100)
+    os.kill(collector.pool.pids[0], signal.SIGKILL)
+    started = time.monotonic()
+
+    def wait_for_frames_forever() -> None:
+        while collector.frames < 10**9:
+            time.sleep(0.01)
+
+    with pytest.raises(WorkerError, match=r"worker 0 failed: .*died \(signal SIGKILL\)"):
+        wait_for_frames_forever()
+    assert time.monotonic() - started < 10
+    collector.shutdown()
+    buffer.close()
