@@ -15,10 +15,14 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 setup() {
   local extras=$1
   if [ ! -x "$VENV/bin/python" ]; then
+    echo "rlc.sh: creating the virtual environment $VENV" >&2
     "$PYTHON_BIN" -m venv "$VENV"
   fi
+  echo "rlc.sh: installing $TORCH_SPEC (CPU build) into $VENV (minutes on a cold cache)" >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
+  echo "rlc.sh: installing rlcollect with the extras [$extras]" >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+  echo "rlc.sh: ready; 'source $VENV/bin/activate' to use it yourself" >&2
 }
 
 job=${1:-}

@@ -15,6 +15,7 @@ import numbers
 import os
 import pickle
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -308,7 +309,15 @@ class MultiCollectorBase(BatchIteration):
                 validate_frames(value, -1)
             return [int(value) for value in frames]
         frames_per_batch, _ = validate_frames(frames_per_batch, -1)
-        return [math.ceil(frames_per_batch / num_workers)] * num_workers
+        each = math.ceil(frames_per_batch / num_workers)
+        if each * num_workers != frames_per_batch:
+            warnings.warn(
+                f"frames_per_batch={frames_per_batch} is not a multiple of num_workers="
+                f"{num_workers}; each worker collects {each} frames ({each * num_workers} a "
+                "batch).",
+                stacklevel=4,
+            )
+        return [each] * num_workers
 
     def _choose_scheme(self, schemes: Mapping[str, WeightSyncScheme] | None) -> WeightSyncScheme:
         chosen = check_schemes("weight_sync_schemes", schemes).get(POLICY_MODEL_ID)
@@ -321,9 +330,18 @@ class MultiCollectorBase(BatchIteration):
         return sum(slot.frames_per_batch for slot in self.pool.slots)
 
     def _round_total(self, total_frames: int) -> int:
+        """`total_frames` rounded up to whole gathered batches, with a warning, as `Collector`
+        rounds it."""
         if total_frames <= 0:
             return total_frames
-        return -(-total_frames // self.frames_per_batch) * self.frames_per_batch
+        rounded = -(-total_frames // self.frames_per_batch) * self.frames_per_batch
+        if rounded != total_frames:
+            warnings.warn(
+                f"total_frames={total_frames} is not a multiple of the batch of "
+                f"{self.frames_per_batch} frames; using total_frames={rounded}.",
+                stacklevel=4,
+            )
+        return rounded
 
     # --- iteration ------------------------------------------------------------------------------
 

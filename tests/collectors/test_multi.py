@@ -324,3 +324,16 @@ def test_spawned_workers_collect_the_same_as_forkserver_ones() -> None:
             return collector.next()["next", "observation"]
 
     assert torch.equal(run("spawn"), run("forkserver"))
+
+
+def test_rounded_frame_counts_warn_as_collector_does() -> None:
+    with pytest.warns(UserWarning, match=r"frames_per_batch=10 is not a multiple of num_workers=3"):
+        collector = MultiSyncCollector(counting_env, num_workers=3, frames_per_batch=10)
+    assert collector.frames_per_batch == 12
+    collector.shutdown()
+    with pytest.warns(UserWarning, match=r"total_frames=25 is not a multiple .* total_frames=30"):
+        collector = MultiSyncCollector(
+            counting_env, num_workers=2, frames_per_batch=10, total_frames=25
+        )
+    assert len(collector) == 3
+    collector.shutdown()
