@@ -169,7 +169,7 @@ class MultiCollectorBase(BatchIteration):
         num_sub_threads: int = 1,
         weight_sync_schemes: Mapping[str, WeightSyncScheme] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
-        policy_factory: Callable[[], Any] | None = None,
+        policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None,
         restart_dead_workers: bool = False,
         worker_timeout: float | None = 300.0,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
@@ -194,10 +194,13 @@ class MultiCollectorBase(BatchIteration):
             raise TypeError(f"num_sub_threads must be an int >= 1; got {num_sub_threads!r}.")
         if num_sub_threads < 1:
             raise ValueError(f"num_sub_threads={num_sub_threads} must be at least 1.")
-        if policy_factory is not None and not callable(policy_factory):
-            raise TypeError(
-                f"policy_factory must be a callable returning a policy; got {policy_factory!r}."
-            )
+        factories = per_worker("policy_factory", policy_factory, num_workers)
+        for factory in factories:
+            if factory is not None and not callable(factory):
+                raise TypeError(
+                    f"policy_factory must be a callable returning a policy (or one per worker); "
+                    f"got {factory!r}."
+                )
         _check_options(collector_class, collector_options)
         self.options = BatchOptions.validate(
             postproc=postproc,
@@ -211,7 +214,7 @@ class MultiCollectorBase(BatchIteration):
         self.num_workers = num_workers
         self.update_at_each_batch = bool(update_at_each_batch)
         self._policy = policy
-        self._template = _weight_template(policy, policy_factory)
+        self._template = _weight_template(policy, factories[0])
         self._transient = transient_names(policy)
         self.scheme = self._choose_scheme(weight_sync_schemes)
         self.scheme.connect(self._template, num_workers)
@@ -237,7 +240,7 @@ class MultiCollectorBase(BatchIteration):
         specs = self._worker_specs(
             env_makers,
             policy,
-            policy_factory,
+            factories,
             per_worker_frames,
             collector_class,
             {**collector_options, "init_random_frames": init_random_frames},
@@ -261,7 +264,7 @@ class MultiCollectorBase(BatchIteration):
         self,
         env_makers: Sequence[Any],
         policy: Any,
-        policy_factory: Callable[[], Any] | None,
+        factories: Sequence[Callable[[], Any] | None],
         frames: Sequence[int],
         collector_class: Callable[..., Any],
         collector_options: dict[str, Any],
@@ -285,7 +288,7 @@ class MultiCollectorBase(BatchIteration):
                     collector_class=collector_class,
                     create_env_fn=maker,
                     policy=policy,
-                    policy_factory=policy_factory,
+                    policy_factory=factories[index],
                     frames_per_batch=frames[index],
                     total_frames=-1,  # this collector decides when to stop
                     collector_kwargs={**options, **own},

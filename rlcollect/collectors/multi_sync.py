@@ -57,7 +57,8 @@ class MultiSyncCollector(MultiCollectorBase):
         weight_sync_schemes: `{"policy": scheme}`; `SharedMemWeightSyncScheme` by default.
         weight_recv_schemes: `{"policy": receiver}` polled before every batch; what it
             returns is forwarded to the workers (a collector that is itself a worker).
-        policy_factory: builds the policy inside each worker instead of copying `policy`.
+        policy_factory: builds the policy inside each worker instead of copying `policy` (or a
+            list, one factory per worker, as TorchRL takes).
         restart_dead_workers: replace a worker that dies, with the current weights.
         worker_timeout: seconds a worker may take to answer (a batch included); None waits.
         postproc, split_trajs: run here, on the gathered batch.

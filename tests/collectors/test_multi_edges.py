@@ -216,3 +216,19 @@ def test_a_worker_dying_in_the_background_is_reported_to_a_loop_waiting_on_frame
     assert time.monotonic() - started < 10
     collector.shutdown()
     buffer.close()
+
+
+def test_policy_factories_one_per_worker() -> None:
+    def factory(bias: float) -> TensorDictModule:
+        return TensorDictModule(BiasPolicy(bias), in_keys=["observation"], out_keys=["action"])
+
+    factories = [functools.partial(factory, 0.25), functools.partial(factory, -0.25)]
+    with MultiSyncCollector(
+        PENDULUM, num_workers=2, frames_per_batch=20, policy_factory=factories
+    ) as collector:
+        batch = collector.next()
+        collector.update_policy_weights_({"module.bias": torch.tensor([1.0])})
+        updated = collector.next()
+    assert torch.all(batch["action"][0] == 0.25)
+    assert torch.all(batch["action"][1] == -0.25)
+    assert torch.all(updated["action"] == 1.0)
