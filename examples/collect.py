@@ -18,8 +18,14 @@ from typing import Any
 
 import hydra
 import torch
-from common.checkpoint import load_checkpoint
-from common.config import build, build_partial, resume_path, run_or_exit, validate
+from common.config import (
+    build,
+    build_partial,
+    checkpoint_identity,
+    resume_state,
+    run_or_exit,
+    validate,
+)
 from common.env_info import probe_env
 from common.recorder import RunRecorder
 from hydra.core.hydra_config import HydraConfig
@@ -35,6 +41,7 @@ def train(cfg: DictConfig) -> None:
     # --- set-up: everything from the config, checked before any work ---
     targets = ["env.make", "collector"] + (["policy"] if cfg.policy is not None else [])
     validate(cfg, targets=targets, positive_ints=["torch_threads"])
+    state: dict[str, Any] = resume_state(cfg, "collect", ("collector",))
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     env_factory = build_partial(cfg, "env.make")
@@ -47,13 +54,15 @@ def train(cfg: DictConfig) -> None:
     collector = build(cfg, "collector", create_env_fn=env_factory, policy=policy)
     collector.set_seed(cfg.seed)
 
-    checkpoint_path = resume_path(cfg)
-    state: dict[str, Any] = load_checkpoint(checkpoint_path) if checkpoint_path else {}
     if state:
         collector.load_state_dict(state["collector"])
 
     def checkpoint() -> dict[str, Any]:
-        return {"frames": collector.frames, "collector": collector.state_dict()}
+        return {
+            **checkpoint_identity(cfg, "collect"),
+            "frames": collector.frames,
+            "collector": collector.state_dict(),
+        }
 
     recorder = RunRecorder(
         Path(HydraConfig.get().runtime.output_dir),

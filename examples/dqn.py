@@ -24,14 +24,15 @@ from typing import Any
 
 import hydra
 import torch
-from common.checkpoint import load_checkpoint, save_checkpoint
+from common.checkpoint import save_checkpoint
 from common.config import (
     ConfigError,
     build,
     build_partial,
+    checkpoint_identity,
     collector_has_workers,
     refuse_collector_option,
-    resume_path,
+    resume_state,
     run_or_exit,
     validate,
 )
@@ -205,6 +206,9 @@ def require_discrete(cfg: DictConfig, info: EnvInfo) -> None:
 def train(cfg: DictConfig) -> None:
     # --- set-up: everything from the config, checked before any work ---
     check_config(cfg)
+    state: dict[str, Any] = resume_state(
+        cfg, "dqn", ("policy", "target_network", "optimizer", "collector")
+    )
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     env_factory = build_partial(cfg, "env.make")
@@ -231,8 +235,6 @@ def train(cfg: DictConfig) -> None:
     )
     collector.set_seed(cfg.seed)
 
-    checkpoint_path = resume_path(cfg)
-    state: dict[str, Any] = load_checkpoint(checkpoint_path) if checkpoint_path else {}
     if state:
         policy.load_state_dict(state["policy"])
         learner.target_network.load_state_dict(state["target_network"])
@@ -260,6 +262,7 @@ def train(cfg: DictConfig) -> None:
 
     def checkpoint() -> dict[str, Any]:
         return {
+            **checkpoint_identity(cfg, "dqn"),
             "best_eval_return": evaluation.best_return,
             "best_policy": evaluation.best,
             "frames": collector.frames,

@@ -16,13 +16,13 @@ from typing import Any
 
 import hydra
 import torch
-from common.checkpoint import load_checkpoint
 from common.config import (
     ConfigError,
     build,
     build_partial,
+    checkpoint_identity,
     refuse_collector_option,
-    resume_path,
+    resume_state,
     run_or_exit,
     validate,
 )
@@ -99,6 +99,7 @@ def check_config(cfg: DictConfig) -> None:
 def train(cfg: DictConfig) -> None:
     # --- set-up: everything from the config, checked before any work ---
     check_config(cfg)
+    state: dict[str, Any] = resume_state(cfg, "ppo", ("actor", "critic", "optimizer", "collector"))
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     env_factory = build_partial(cfg, "env.make")
@@ -114,8 +115,6 @@ def train(cfg: DictConfig) -> None:
     collector = build(cfg, "collector", create_env_fn=env_factory, policy=policy)
     collector.set_seed(cfg.seed)
 
-    checkpoint_path = resume_path(cfg)
-    state: dict[str, Any] = load_checkpoint(checkpoint_path) if checkpoint_path else {}
     if state:
         actor.load_state_dict(state["actor"])
         critic.load_state_dict(state["critic"])
@@ -124,6 +123,7 @@ def train(cfg: DictConfig) -> None:
 
     def checkpoint() -> dict[str, Any]:
         return {
+            **checkpoint_identity(cfg, "ppo"),
             "frames": collector.frames,
             "collector": collector.state_dict(),
             "actor": actor.state_dict(),

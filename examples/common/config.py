@@ -171,6 +171,46 @@ def resume_path(cfg: DictConfig) -> Path | None:
     return resolved
 
 
+def checkpoint_identity(cfg: DictConfig, script: str) -> dict[str, str]:
+    """What a checkpoint records of the run that wrote it, so a resume can be checked."""
+    return {"script": script, "env_id": str(cfg.env.id)}
+
+
+def resume_state(cfg: DictConfig, script: str, needed: Iterable[str]) -> dict[str, Any]:
+    """The checkpoint to resume from (`{}` without `resume`), checked before any work: it
+    was written by this script on this env (checkpoints name both), holds the `needed`
+    entries, and `collector.total_frames` asks for more frames than it has.
+
+    Raises:
+        ConfigError: naming what wrote the checkpoint and what was asked now.
+    """
+    path = resume_path(cfg)
+    if path is None:
+        return {}
+    from common.checkpoint import load_checkpoint
+
+    state = load_checkpoint(path)
+    # Checkpoints of earlier versions do not say what wrote them; their entries still tell.
+    written_by = state.get("script")
+    written_on = state.get("env_id", str(cfg.env.id))
+    missing = sorted(set(needed) - set(state))
+    if missing or written_by not in (None, script) or written_on != str(cfg.env.id):
+        writer = f"{written_by}.py" if written_by else "an earlier run"
+        raise ConfigError(
+            f"resume={str(path)!r}: the checkpoint was written by {writer} on {written_on}"
+            f"{f' and lacks {missing}' if missing else ''}; this is {script}.py with "
+            f"env.id={cfg.env.id}. Resume it with the script and env that wrote it."
+        )
+    frames, total = int(state["frames"]), int(cfg.collector.total_frames)
+    if total != -1 and total <= frames:
+        raise ConfigError(
+            f"collector.total_frames={total}: the checkpoint already has {frames} frames, so "
+            f"this run is complete. Ask for more to continue it, e.g. "
+            f"collector.total_frames={2 * frames}."
+        )
+    return state
+
+
 def validate(
     cfg: DictConfig,
     *,

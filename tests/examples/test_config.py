@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -151,3 +152,28 @@ def test_run_and_multirun_dirs_are_under_the_script_name(name: str) -> None:
         cfg = compose(config_name=name, return_hydra_config=True)
     assert cfg.hydra.run.dir.startswith(f"outputs/{name}/")
     assert cfg.hydra.sweep.dir.startswith(f"multirun/{name}/")
+
+
+def test_resuming_checks_the_checkpoint_before_any_work(
+    scripts: dict[str, ModuleType], tmp_path: Path
+) -> None:
+    from common.checkpoint import save_checkpoint
+    from common.config import ConfigError, resume_state
+
+    needed = ("actor", "critic", "optimizer", "collector")
+    path = tmp_path / "checkpoint.pt"
+    entries = {key: {} for key in needed}
+    save_checkpoint(path, {"script": "ppo", "env_id": "CartPole-v1", "frames": 512, **entries})
+    asked = config("ppo", f"resume={path}", "collector.total_frames=1024")
+    assert resume_state(asked, "ppo", needed)["frames"] == 512
+    with pytest.raises(ConfigError, match=r"written by ppo.py on CartPole-v1; this is ppo.py "):
+        resume_state(config("ppo", f"resume={path}", "env=pendulum_batched"), "ppo", needed)
+    with pytest.raises(ConfigError, match=r"lacks \['policy', 'target_network'\]; this is dqn.py"):
+        resume_state(
+            config("dqn", f"resume={path}", "collector.total_frames=1000"),
+            "dqn",
+            ("policy", "target_network", "optimizer", "collector"),
+        )
+    message = r"collector.total_frames=512: the checkpoint already has 512 frames, so this run"
+    with pytest.raises(ConfigError, match=message + r".* collector.total_frames=1024"):
+        resume_state(config("ppo", f"resume={path}", "collector.total_frames=512"), "ppo", needed)
