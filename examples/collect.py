@@ -86,11 +86,14 @@ def train(cfg: DictConfig) -> None:
     recorder.close()
     collector.shutdown()
     collected = collector.frames - start_frames
+    # The run's average over the whole loop (logging and checkpoints included); the progress
+    # bar shows tqdm's smoothed rate of the last updates instead, so the two differ.
     log.info(
         f"collected {collected} frames in {seconds:.2f} s: {collected / max(seconds, 1e-9):.0f} "
         f"frames/s (env {cfg.env.id}, batch {tuple(info.batch_size)}, "
-        f"policy {type(actor).__name__ if actor is not None else 'random'}); "
-        f"run_dir={recorder.run_dir}"
+        f"policy {type(actor).__name__ if actor is not None else 'random'}); the average over "
+        f"the whole run, logging and checkpoints included (the progress bar shows the recent "
+        f"rate); run_dir={recorder.run_dir}"
     )
 
 

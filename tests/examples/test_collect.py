@@ -26,6 +26,7 @@ def test_collect_prints_frames_per_second_and_resumes(tmp_path: Path) -> None:
     check_run_outputs(first)
     assert "collected 2000 frames in" in result.stdout
     assert "frames/s (env common.catch:Catch-v0, batch (2,), policy Actor)" in result.stdout
+    assert "the average over the whole run" in result.stdout, "says which rate it prints"
     assert "collected 2000 frames in" in (first / "collect.log").read_text(), "the job log"
     assert checkpoint_frames(first) == 2000
 
