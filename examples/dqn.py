@@ -314,10 +314,13 @@ def learn(
         finished = collector.is_done
         frames = collector.frames
         if frames >= next_log:
+            # Paused while evaluating and logging, so the row, the evaluation and the best
+            # policy's message all name the same frame count.
             with collector.pause():
-                eval_return = evaluation.run_if_due(frames)
-            log_row(collector, replay_buffer, learner, policy, recorder, eval_return)
-            next_log = frames + cfg.log_every
+                eval_return = evaluation.run_if_due(collector.frames)
+                log_row(collector, replay_buffer, learner, policy, recorder, eval_return)
+            # On the log_every grid (a late row does not push the next ones later).
+            next_log += cfg.log_every * ((frames - next_log) // cfg.log_every + 1)
         if recorder.checkpoint_due(frames):
             with collector.pause():
                 recorder.save(collector.frames, checkpoint)
@@ -395,7 +398,7 @@ class PeriodicEvaluation:
         """The mean greedy return when an evaluation is due at `frames`, NaN otherwise."""
         if self.every <= 0 or self.episodes <= 0 or frames < self.next_at:
             return float("nan")
-        self.next_at = frames + self.every
+        self.next_at += self.every * ((frames - self.next_at) // self.every + 1)  # on the grid
         mean = evaluate(self.env_factory, self.policy, self.episodes, self.seed)
         if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
             weights = {

@@ -243,7 +243,17 @@ class MultiCollectorBase(BatchIteration):
             factories,
             per_worker_frames,
             collector_class,
-            {**collector_options, "init_random_frames": init_random_frames},
+            {
+                **collector_options,
+                "init_random_frames": init_random_frames,
+                # Workers that write the buffer themselves process what they write; otherwise
+                # the gathered batch is processed here.
+                **(
+                    {"postproc": postproc, "split_trajs": split_trajs}
+                    if replay_buffer is not None
+                    else {}
+                ),
+            },
             replay_buffer,
         )
         self.pool = WorkerPool(

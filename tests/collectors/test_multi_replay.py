@@ -141,3 +141,27 @@ def test_batches_extend_torchrl_buffers() -> None:
     sample = buffer.sample(32)
     assert sample["next", "observation"].shape == (32, 1)
     assert sample[keys.TRAJ_IDS].shape == (32,)
+
+
+@NOTHING_LEFT
+def test_workers_writing_the_buffer_apply_postproc_and_split_trajs() -> None:
+    buffer = shared_buffer("tensor", Path())
+    with MultiSyncCollector(
+        counting_env,
+        num_workers=2,
+        frames_per_batch=14,
+        total_frames=28,
+        replay_buffer=buffer,
+        split_trajs=True,
+        postproc=mark_processed,
+    ) as collector:
+        list(collector)
+    stored = buffer[torch.arange(len(buffer))]
+    assert stored["processed"].all()
+    assert stored[keys.MASK].shape == stored["processed"].shape  # split: [trajs, len] rows
+    buffer.close()
+
+
+def mark_processed(batch: object) -> object:
+    batch.set("processed", torch.ones(batch.batch_size, dtype=torch.bool))  # type: ignore[attr-defined]
+    return batch

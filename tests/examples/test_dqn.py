@@ -50,6 +50,9 @@ def test_dqn_trains_in_the_background_then_resumes(tmp_path: Path) -> None:
     assert evaluated, "a greedy evaluation every 1024 frames"
     best = torch.load(tmp_path / "best_policy.pt", weights_only=True)
     assert best["eval_return"] == max(evaluated)
+    assert best["frames"] in {int(row["frames"]) for row in rows}, "one frame count per row"
+    cells = [int(row["frames"]) // 512 for row in rows[:-1]]
+    assert cells == sorted(set(cells)), "one row per log_every interval, on its grid"
     assert "q_network.head.weight" in best["policy"]
     assert "best policy (" in result.stdout
     assert "best policy (" in (tmp_path / "dqn.log").read_text(), "the job log"
