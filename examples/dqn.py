@@ -241,6 +241,11 @@ def train(cfg: DictConfig) -> None:
         optimizer.load_state_dict(state["optimizer"])
         learner.updates = int(state["updates"])
         collector.load_state_dict(state["collector"])
+        factor = learner.lr_schedule.continue_from(collector.frames / collector.total_frames)
+        log.info(
+            f"resumed at {collector.frames} frames: the learning rate goes on from "
+            f"{factor:.3g}x optim.lr to {cfg.dqn.lr_end_factor}x at {collector.total_frames}"
+        )
 
     recorder = RunRecorder(
         Path(HydraConfig.get().runtime.output_dir),

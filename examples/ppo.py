@@ -11,6 +11,7 @@ The run directory (Hydra's output dir) receives metrics.csv, return.png and chec
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from torch import nn
 
 from rlcollect import keys
 from rlcollect.replay import RolloutBuffer
+
+log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
 LOSS_COLUMNS = ("loss_policy", "loss_value", "entropy", "clip_fraction", "lr")
 
@@ -120,6 +123,12 @@ def train(cfg: DictConfig) -> None:
         critic.load_state_dict(state["critic"])
         optimizer.load_state_dict(state["optimizer"])
         collector.load_state_dict(state["collector"])
+        if cfg.ppo.anneal_lr and collector.total_frames > 0:
+            factor = lr_schedule.continue_from(collector.frames / collector.total_frames)
+            log.info(
+                f"resumed at {collector.frames} frames: the learning rate goes on from "
+                f"{factor:.3g}x optim.lr down to 0 at {collector.total_frames} frames"
+            )
 
     def checkpoint() -> dict[str, Any]:
         return {

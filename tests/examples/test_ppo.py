@@ -22,6 +22,11 @@ TINY = (
 )
 
 
+def logged(run_dir: Path, column: str) -> list[float]:
+    with (run_dir / "metrics.csv").open(newline="") as file:
+        return [float(row[column]) for row in csv.DictReader(file)]
+
+
 def logged_frames(run_dir: Path) -> list[int]:
     with (run_dir / "metrics.csv").open(newline="") as file:
         return [int(row["frames"]) for row in csv.DictReader(file)]
@@ -47,6 +52,11 @@ def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
     check_run_outputs(second)
     assert logged_frames(second) == [1280, 1536, 1792, 2048], "the frame count goes on"
     assert checkpoint_frames(second) == 2048
+    # With twice the frames, the learning rate goes on down from where it stopped.
+    last_lr, resumed_lrs = logged(first, "lr")[-1], logged(second, "lr")
+    assert resumed_lrs[0] == pytest.approx(last_lr)
+    assert resumed_lrs == sorted(resumed_lrs, reverse=True)
+    assert "the learning rate goes on from" in (second / "ppo.log").read_text()
 
 
 @pytest.mark.timeout(120)
