@@ -22,6 +22,7 @@ from common.config import (
     build,
     build_partial,
     checkpoint_identity,
+    resume_path,
     resume_state,
     run_or_exit,
     validate,
@@ -71,6 +72,7 @@ def train(cfg: DictConfig) -> None:
         checkpoint_every=cfg.checkpoint_every,
         title=f"collection {cfg.env.id}",
         resumed=bool(state),
+        previous_run=resume_path(cfg).parent if state else None,
         elapsed=float(state.get("elapsed", 0.0)),
         progress=cfg.progress,
     )

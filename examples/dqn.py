@@ -32,6 +32,7 @@ from common.config import (
     checkpoint_identity,
     collector_has_workers,
     refuse_collector_option,
+    resume_path,
     resume_state,
     run_or_exit,
     validate,
@@ -255,6 +256,7 @@ def train(cfg: DictConfig) -> None:
         checkpoint_every=cfg.checkpoint_every,
         title=f"DQN {cfg.env.id}",
         resumed=bool(state),
+        previous_run=resume_path(cfg).parent if state else None,
         elapsed=float(state.get("elapsed", 0.0)),
         progress=cfg.progress,
     )

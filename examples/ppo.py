@@ -23,6 +23,7 @@ from common.config import (
     build_partial,
     checkpoint_identity,
     refuse_collector_option,
+    resume_path,
     resume_state,
     run_or_exit,
     validate,
@@ -150,6 +151,7 @@ def train(cfg: DictConfig) -> None:
         checkpoint_every=cfg.checkpoint_every,
         title=f"PPO {cfg.env.id}",
         resumed=bool(state),
+        previous_run=resume_path(cfg).parent if state else None,
         elapsed=float(state.get("elapsed", 0.0)),
         progress=cfg.progress,
     )

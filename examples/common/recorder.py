@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,8 @@ class RunRecorder:
         checkpoint_every: frames between checkpoints (0: only at the end).
         title: the plot's title.
         resumed: append to an existing `metrics.csv` instead of starting a new one.
+        previous_run: the run dir of the checkpoint this run resumes; a new run dir starts
+            with its metrics rows.
         elapsed: wall-clock seconds spent by the runs this one resumes.
 
     Examples:
@@ -54,9 +57,12 @@ class RunRecorder:
         resumed: bool = False,
         elapsed: float = 0.0,
         progress: bool = True,
+        previous_run: Path | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resumed and previous_run is not None:
+            self._carry_metrics_over(Path(previous_run))
         self.metrics = MetricsLog(
             self.run_dir / METRICS_NAME,
             extra_columns,
@@ -79,6 +85,14 @@ class RunRecorder:
             mininterval=1.0,
             disable=not progress,
         )
+
+    def _carry_metrics_over(self, previous_run: Path) -> None:
+        """Start this run's `metrics.csv` with the rows of the run it resumes (those past its
+        checkpoint are dropped by `MetricsLog`), so that one file and one plot tell the
+        whole run."""
+        source, target = previous_run / METRICS_NAME, self.run_dir / METRICS_NAME
+        if source.is_file() and not target.exists() and source.resolve() != target.resolve():
+            shutil.copyfile(source, target)
 
     def _after(self, frames: int) -> float:
         if self.checkpoint_every <= 0:

@@ -50,10 +50,11 @@ def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
     )
     check_succeeded(resumed)
     check_run_outputs(second)
-    assert logged_frames(second) == [1280, 1536, 1792, 2048], "the frame count goes on"
+    # One file tells the whole run: the first run's rows, then the new ones.
+    assert logged_frames(second) == [256, 512, 768, 1024, 1280, 1536, 1792, 2048]
     assert checkpoint_frames(second) == 2048
     # With twice the frames, the learning rate goes on down from where it stopped.
-    last_lr, resumed_lrs = logged(first, "lr")[-1], logged(second, "lr")
+    last_lr, resumed_lrs = logged(first, "lr")[-1], logged(second, "lr")[4:]
     assert resumed_lrs[0] == pytest.approx(last_lr)
     assert resumed_lrs == sorted(resumed_lrs, reverse=True)
     assert "the learning rate goes on from" in (second / "ppo.log").read_text()
