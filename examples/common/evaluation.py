@@ -81,3 +81,4 @@ def report_run(
     if episodes > 0:
         greedy = evaluate(env_factory, policy, episodes, seed)
         log.info(f"greedy evaluation: mean return {greedy:.1f} over {episodes} episodes")
+        recorder.record_final_evaluation(greedy)

@@ -11,6 +11,7 @@ FRAMES = "frames"
 MEAN_RETURN = "mean_episode_return"
 WINDOW_RETURN = "mean_return_last_100"
 EVAL_RETURN = "eval_return"
+FINAL_EVAL_RETURN = "final_eval_return"
 BASE_COLUMNS = (FRAMES, "wall_time_s", "frames_per_second", "episodes", MEAN_RETURN, WINDOW_RETURN)
 
 
@@ -86,6 +87,24 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
         ]
 
 
+def set_in_last_row(csv_path: Path, column: str, value: float) -> None:
+    """Write `value` under `column` in the last row of `csv_path`, adding the column if the
+    file lacks it (e.g. the greedy evaluation a run ends with)."""
+    with csv_path.open(newline="") as file:
+        reader = csv.DictReader(file)
+        columns = list(reader.fieldnames or [])
+        rows = list(reader)
+    if not rows:
+        return
+    if column not in columns:
+        columns.append(column)
+    rows[-1][column] = _cell(value)
+    with csv_path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def plot_returns(csv_path: Path, png_path: Path, title: str = "") -> None:
     """Save a plot of mean episode return against frames from the rows of `csv_path`."""
     import matplotlib
@@ -99,6 +118,7 @@ def plot_returns(csv_path: Path, png_path: Path, title: str = "") -> None:
         (MEAN_RETURN, "training episodes (last batch)"),
         (WINDOW_RETURN, "training episodes (last 100)"),
         (EVAL_RETURN, "greedy evaluation"),
+        (FINAL_EVAL_RETURN, "final greedy evaluation"),
     )
     for column, label in curves:
         rows = [row for row in all_rows if not math.isnan(row.get(column, math.nan))]

@@ -12,7 +12,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .checkpoint import CHECKPOINT_NAME, save_checkpoint
-from .metrics import MEAN_RETURN, MetricsLog, plot_returns
+from .metrics import FINAL_EVAL_RETURN, MEAN_RETURN, MetricsLog, plot_returns, set_in_last_row
 
 METRICS_NAME = "metrics.csv"
 PLOT_NAME = "return.png"
@@ -132,6 +132,12 @@ class RunRecorder:
     def plot(self) -> None:
         """Redraw `return.png` from `metrics.csv`."""
         plot_returns(self.metrics.path, self.run_dir / PLOT_NAME, self.title)
+
+    def record_final_evaluation(self, mean_return: float) -> None:
+        """Add the greedy evaluation a run ends with to its last metrics row (column
+        `final_eval_return`) and to the plot."""
+        set_in_last_row(self.metrics.path, FINAL_EVAL_RETURN, mean_return)
+        self.plot()
 
     def close(self) -> None:
         """Close the bar and the CSV file and draw the final plot."""

@@ -44,6 +44,9 @@ def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert "frame/s" in result.stderr, "the tqdm progress bar shows frames/s"
     assert "greedy evaluation: mean return" in result.stdout
     assert "greedy evaluation: mean return" in (first / "ppo.log").read_text(), "the job log"
+    with (first / "metrics.csv").open(newline="") as file:
+        final = float(list(csv.DictReader(file))[-1]["final_eval_return"])
+    assert f"greedy evaluation: mean return {final:.1f}" in result.stdout, "in the CSV too"
 
     resumed = run_script(
         "ppo", second, *TINY, "collector.total_frames=2048", f"resume={first / 'checkpoint.pt'}"
