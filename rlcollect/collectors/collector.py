@@ -19,7 +19,12 @@ from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
 from rlcollect.collectors.iteration import BatchIteration
-from rlcollect.collectors.options import BatchOptions, optional_frames, validate_frames
+from rlcollect.collectors.options import (
+    BatchOptions,
+    optional_frames,
+    round_to_batches,
+    validate_frames,
+)
 from rlcollect.collectors.policy import warn_if_action_misfits
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
@@ -240,16 +245,7 @@ class Collector(BatchIteration):
         self._frames_at_start = 0
 
     def _round_total(self, argument: str, frames: int) -> int:
-        if frames <= 0:
-            return frames
-        rounded = -(-frames // self.frames_per_batch) * self.frames_per_batch
-        if rounded != frames:
-            warnings.warn(
-                f"{argument}={frames} is not a multiple of the batch of "
-                f"{self.frames_per_batch} frames; using {argument}={rounded}.",
-                stacklevel=3,
-            )
-        return rounded
+        return round_to_batches(argument, frames, self.frames_per_batch, 3)
 
     # --- the rollout loop -----------------------------------------------------------------------
 

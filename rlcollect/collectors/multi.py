@@ -27,7 +27,12 @@ from torch import nn
 from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.iteration import BatchIteration
-from rlcollect.collectors.options import BatchOptions, _check_int, validate_frames
+from rlcollect.collectors.options import (
+    BatchOptions,
+    _check_int,
+    round_to_batches,
+    validate_frames,
+)
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
     NoWeightSyncScheme,
@@ -345,16 +350,7 @@ class MultiCollectorBase(BatchIteration):
     def _round_total(self, total_frames: int) -> int:
         """`total_frames` rounded up to whole gathered batches, with a warning, as `Collector`
         rounds it."""
-        if total_frames <= 0:
-            return total_frames
-        rounded = -(-total_frames // self.frames_per_batch) * self.frames_per_batch
-        if rounded != total_frames:
-            warnings.warn(
-                f"total_frames={total_frames} is not a multiple of the batch of "
-                f"{self.frames_per_batch} frames; using total_frames={rounded}.",
-                stacklevel=4,
-            )
-        return rounded
+        return round_to_batches("total_frames", total_frames, self.frames_per_batch, 4)
 
     # --- iteration ------------------------------------------------------------------------------
 

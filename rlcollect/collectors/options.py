@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,21 @@ def validate_frames(frames_per_batch: Any, total_frames: Any) -> tuple[int, int]
             "collect forever."
         )
     return frames_per_batch, total_frames
+
+
+def round_to_batches(argument: str, frames: int, frames_per_batch: int, stacklevel: int) -> int:
+    """`frames` rounded up to whole batches (non-positive counts as they are), with a warning
+    naming `argument` when that changes it."""
+    if frames <= 0:
+        return frames
+    rounded = -(-frames // frames_per_batch) * frames_per_batch
+    if rounded != frames:
+        warnings.warn(
+            f"{argument}={frames} is not a multiple of the batch of {frames_per_batch} "
+            f"frames; using {argument}={rounded}.",
+            stacklevel=stacklevel + 1,
+        )
+    return rounded
 
 
 def optional_frames(name: str, value: Any) -> int | None:
