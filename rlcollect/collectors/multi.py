@@ -7,10 +7,7 @@ back. `MultiSyncCollector` and `MultiAsyncCollector` differ only in how they gat
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import math
-import multiprocessing
 import numbers
 import os
 import pickle
@@ -22,14 +19,19 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from torch import nn
 
-from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.iteration import BatchIteration
+from rlcollect.collectors.multi_options import (
+    check_options,
+    check_seed,
+    episode_statistics,
+    in_worker_process,
+    resolve_workers,
+    weight_template,
+)
 from rlcollect.collectors.options import (
     BatchOptions,
-    _check_int,
     round_to_batches,
     validate_frames,
 )
@@ -40,7 +42,6 @@ from rlcollect.collectors.weight_sync import (
     Weights,
     WeightSyncScheme,
     check_schemes,
-    flat_weights,
     transient_names,
     validated_weights,
 )
@@ -63,93 +64,6 @@ UPDATE_TIMEOUT = 30.0
 # A worker with workers of its own gets this share of its parent's timeout, so that it reports
 # a silent grandchild (by path) before its parent gives up on it.
 CHILD_TIMEOUT_SHARE = 0.8
-
-
-def _accepted_options(collector_class: Any) -> set[str] | None:
-    """The keyword arguments `collector_class` takes (None: it takes any)."""
-    target = getattr(collector_class, "func", collector_class)
-    try:
-        parameters = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return None
-    return {p.name for p in parameters}
-
-
-def _check_options(collector_class: Any, options: Mapping[str, Any]) -> None:
-    accepted = _accepted_options(collector_class)
-    if accepted is None:
-        return
-    for name in options:
-        if name not in accepted:
-            close = difflib.get_close_matches(name, sorted(accepted), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise TypeError(
-                f"{name!r} is not an option of {getattr(collector_class, '__name__', 'the')} "
-                f"collector.{hint}"
-            )
-
-
-def _resolve_workers(create_env_fn: Any, num_workers: int | None) -> tuple[list[Any], int]:
-    if isinstance(create_env_fn, list | tuple):
-        if num_workers is not None and num_workers != len(create_env_fn):
-            raise ValueError(
-                f"num_workers={num_workers} but create_env_fn lists {len(create_env_fn)} env "
-                "makers (one per worker); drop num_workers or make them agree."
-            )
-        if not create_env_fn:
-            raise ValueError("create_env_fn is an empty list; give one env maker per worker.")
-        return list(create_env_fn), len(create_env_fn)
-    if num_workers is None:
-        raise ValueError(
-            "num_workers is needed when create_env_fn is a single env maker, e.g. "
-            "num_workers=4 (or pass a list with one env maker per worker)."
-        )
-    num_workers = _check_int("num_workers", num_workers)
-    if num_workers < 1:
-        raise ValueError(f"num_workers={num_workers} must be at least 1.")
-    return [create_env_fn] * num_workers, num_workers
-
-
-def _weight_template(policy: Any, policy_factory: Callable[[], Any] | None) -> Weights:
-    """The names, shapes and dtypes of the policy's weights (empty for random actions)."""
-    source = policy if policy is not None else (policy_factory() if policy_factory else None)
-    return flat_weights(source) if isinstance(source, nn.Module) else {}
-
-
-def _in_worker_process() -> bool:
-    return multiprocessing.parent_process() is not None
-
-
-def _check_seed(seed: Any) -> int:
-    """`seed` as an int that fits the worker protocol (int64), or an error naming it."""
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int; got {seed!r} ({type(seed).__name__}).")
-    if not -(2**63) <= int(seed) < 2**63:
-        raise ValueError(f"seed={seed} does not fit in 64 bits; use a smaller seed.")
-    return int(seed)
-
-
-def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """The episode statistics of `Collector.stats()` over all workers: episodes summed, the
-    mean returns averaged over the workers that have finished any (weighted by how many
-    episodes each window holds)."""
-    episodes = sum(int(worker.get("episodes", 0)) for worker in workers)
-    last = [w["mean_episode_return"] for w in workers if w.get("episodes", 0) > 0]
-    windows = [
-        (w["mean_return_last_100"], min(int(w["episodes"]), RECENT_EPISODES))
-        for w in workers
-        if w.get("episodes", 0) > 0
-    ]
-    weight = sum(count for _, count in windows)
-    return {
-        "episodes": episodes,
-        "mean_episode_return": sum(last) / len(last) if last else float("nan"),
-        "mean_return_last_100": (
-            sum(value * count for value, count in windows) / weight if weight else float("nan")
-        ),
-    }
 
 
 class MultiCollectorBase(BatchIteration):
@@ -186,7 +100,7 @@ class MultiCollectorBase(BatchIteration):
         startup_timeout: float = 300.0,
         **collector_options: Any,
     ) -> None:
-        env_makers, num_workers = _resolve_workers(create_env_fn, num_workers)
+        env_makers, num_workers = resolve_workers(create_env_fn, num_workers)
         per_worker_frames = self._split_frames(frames_per_batch, num_workers)
         _, total_frames = validate_frames(1, total_frames)
         if worker_timeout is not None and not worker_timeout > 0:
@@ -206,7 +120,7 @@ class MultiCollectorBase(BatchIteration):
                     f"policy_factory must be a callable returning a policy (or one per worker); "
                     f"got {factory!r}."
                 )
-        _check_options(collector_class, collector_options)
+        check_options(collector_class, collector_options)
         self.options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
@@ -219,7 +133,7 @@ class MultiCollectorBase(BatchIteration):
         self.num_workers = num_workers
         self.update_at_each_batch = bool(update_at_each_batch)
         self._policy = policy
-        self._template = _weight_template(policy, factories[0])
+        self._template = weight_template(policy, factories[0])
         self._transient = transient_names(policy)
         self.scheme = self._choose_scheme(weight_sync_schemes)
         self.scheme.connect(self._template, num_workers)
@@ -239,7 +153,7 @@ class MultiCollectorBase(BatchIteration):
         self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._in_background = False
         self._pauses = 0
-        if num_threads is not None or not _in_worker_process():
+        if num_threads is not None or not in_worker_process():
             cores = os.cpu_count() or 1
             torch.set_num_threads(num_threads or max(1, cores - num_workers))
         specs = self._worker_specs(
@@ -537,7 +451,7 @@ class MultiCollectorBase(BatchIteration):
         worker is seeded apart and the same seed gives the same batches; returns the next
         seed. Each worker's next batch starts from a reset."""
         self._check_idle("set_seed()")
-        seed = _check_seed(seed)
+        seed = check_seed(seed)
         for slot in self.pool.slots:
             slot.seed = seed
             (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
