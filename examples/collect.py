@@ -12,6 +12,7 @@ The run directory receives metrics.csv, return.png and checkpoint.pt (collector 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 from common.config import (
     build,
     build_partial,
+    check_overrides,
     checkpoint_identity,
     resume_path,
     resume_state,
@@ -105,4 +107,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_overrides("collect", sys.argv[1:])
     main()

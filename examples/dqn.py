@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from common.config import (
     ConfigError,
     build,
     build_partial,
+    check_overrides,
     checkpoint_identity,
     collector_has_workers,
     refuse_collector_option,
@@ -479,4 +481,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_overrides("dqn", sys.argv[1:])
     main()

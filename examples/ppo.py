@@ -12,6 +12,7 @@ The run directory (Hydra's output dir) receives metrics.csv, return.png and chec
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from common.config import (
     ConfigError,
     build,
     build_partial,
+    check_overrides,
     checkpoint_identity,
     refuse_collector_option,
     resume_path,
@@ -196,4 +198,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_overrides("ppo", sys.argv[1:])
     main()

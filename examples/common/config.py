@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +299,45 @@ def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
     except Exception:  # a bad target is reported, by name, when the collector is built
         return False
     return isinstance(target, type) and issubclass(target, MultiCollectorBase)
+
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def check_overrides(config_name: str, arguments: Sequence[str]) -> None:
+    """Before Hydra starts: a command-line override of a key the config lacks (a misspelling)
+    ends the script with the closest existing key, where Hydra would only suggest adding the
+    misspelt key with `+`. Anything else is left to Hydra, sweeps (`--multirun`) included.
+
+    Raises:
+        SystemExit: `config error: <key>: ... Did you mean <key>?`
+    """
+    if any(argument.startswith("-") for argument in arguments):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    overrides = list(arguments)
+    with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+        try:
+            compose(config_name, overrides=overrides)
+            return
+        except ConfigCompositionException as err:
+            found = re.search(r"Could not override '([^']+)'", str(err))
+        if found is None:
+            return
+        key = found.group(1)
+        try:
+            cfg = compose(config_name, [o for o in overrides if not o.startswith(f"{key}=")])
+        except ConfigCompositionException:
+            return
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    names = [str(name) for name in node] if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(leaf, names, n=1)
+    prefix = f"{parent}." if parent else ""
+    hint = f"Did you mean {prefix}{close[0]}?" if close else f"To add it, write +{key}=..."
+    raise SystemExit(f"config error: {key}: the config has no such key. {hint}")
 
 
 def run_or_exit(train: Callable[[DictConfig], None], cfg: DictConfig) -> None:

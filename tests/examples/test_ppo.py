@@ -88,3 +88,13 @@ def test_ppo_trains_with_the_multi_process_collector(tmp_path: Path) -> None:
         rows = list(csv.DictReader(file))
     assert int(rows[-1]["episodes"]) > 0
     assert float(rows[-1]["mean_return_last_100"]) > 0
+
+
+@pytest.mark.timeout(120)
+def test_a_misspelt_key_without_plus_gets_the_closest_key(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_script("ppo", run_dir, "collector.total_frame=1000")
+    assert result.returncode != 0
+    message = "config error: collector.total_frame: the config has no such key. Did you mean "
+    assert message + "collector.total_frames?" in result.stderr
+    assert not run_dir.exists(), "stopped before Hydra made a run dir"
