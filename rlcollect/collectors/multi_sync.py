@@ -112,13 +112,12 @@ class MultiSyncCollector(MultiCollectorBase):
         if self.update_at_each_batch and self._policy is not None and self._template:
             self.update_policy_weights_()
         slots = self.pool.slots
-        frames_before = sum(slot.frames for slot in slots)
         self.pool.request(slots, WorkerCommand.COLLECT)
         self.iterations += 1
         for slot in slots:
             slot.has_batch = False
         if self.options.replay_buffer is not None:
             return None  # the workers wrote the batch, and counted it
-        self._frames += sum(slot.frames for slot in slots) - frames_before
+        self._frames += sum(slot.last_frames for slot in slots)
         batch = gather_batches([slot.batch for slot in slots], self.cat_results)
         return self._finish(batch)

@@ -66,8 +66,7 @@ class WorkerSlot:
     index: int
     handle: WorkerHandle
     frames_per_batch: int = 0
-    pending: deque[int] = field(default_factory=deque)
-    messages: deque[bytes] = field(default_factory=deque)
+    messages: deque[bytes] = field(default_factory=deque)  # sent, not answered yet, in order
     batch: TensorDictBase | None = None
     has_batch: bool = False
     frames: int = 0
@@ -80,17 +79,23 @@ class WorkerSlot:
     background: tuple[int, int] | None = None
     deadline: float = float("inf")
 
+    @property
+    def pending(self) -> list[int]:
+        """The commands sent and not answered yet, oldest first."""
+        return [HEADER.unpack_from(message)[0] for message in self.messages]
+
     def send(self, command: WorkerCommand, argument: int = 0, payload: bytes = b"") -> None:
-        """Send a command; one sent to a dead worker stays unanswered, so that waiting for
-        its reply reports the death (or restarts the worker and sends it again)."""
-        message = encode(command, argument, payload)
-        self.pending.append(command)
+        """Send a command (see `send_message`)."""
+        self.send_message(encode(command, argument, payload))
+
+    def send_message(self, message: bytes) -> None:
+        """Send an encoded command; one sent to a dead worker stays unanswered, so that
+        waiting for its reply reports the death (or restarts the worker and sends it again)."""
         self.messages.append(message)
         with contextlib.suppress(WorkerError):
             self.handle.send(message)
 
     def answered(self) -> None:
-        self.pending.popleft()
         self.messages.popleft()
 
     def launch(self, deadline: float) -> None:
@@ -194,8 +199,8 @@ class WorkerPool:
         (but an update, which the fresh worker starts with)."""
         lost = [
             message
-            for command, message in zip(slot.pending, slot.messages, strict=True)
-            if command != WorkerCommand.UPDATE_WEIGHTS
+            for message in slot.messages
+            if HEADER.unpack_from(message)[0] != WorkerCommand.UPDATE_WEIGHTS
         ]
         spec = self.specs[slot.index]
         spec.weights, spec.version = weights, version
@@ -206,7 +211,6 @@ class WorkerPool:
             self._handles.remove(old)
         old.finish(timeout=0.1)
         slot.handle = self._start_process(slot.index)
-        slot.pending.clear()
         slot.messages.clear()
         slot.batch, slot.has_batch = None, False
         slot.restarts += 1
@@ -217,9 +221,7 @@ class WorkerPool:
         if slot.background is not None:
             self.start_background(slot, *slot.background)
         for message in lost:
-            slot.pending.append(HEADER.unpack_from(message)[0])
-            slot.messages.append(message)
-            slot.handle.send(message)
+            slot.send_message(message)
 
     # --- commands and replies -------------------------------------------------------------------
 

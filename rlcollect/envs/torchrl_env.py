@@ -74,8 +74,10 @@ class TorchRLEnv(EnvBase):
             result = self.env.reset()
         else:
             flags = mask.reshape((*self.batch_size, 1)).clone()
-            request = TensorDict({keys.RESET: flags}, batch_size=self.batch_size)
-            result = self.env.reset(request.to(self.env.device) if self.env.device else request)
+            request = TensorDict(
+                {keys.RESET: flags}, batch_size=self.batch_size, device=self.env.device
+            )
+            result = self.env.reset(request)
         views.write_root(t, result.exclude(keys.NEXT), mask)
 
     def step_into(self, t: int) -> None:
