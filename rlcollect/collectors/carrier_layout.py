@@ -27,33 +27,58 @@ from rlcollect.collectors.policy import (
 )
 from rlcollect.collectors.policy_state import PolicyStateCarry, policy_state_keys
 from rlcollect.envs.base import EnvBase
+from rlcollect.envs.carrier import end_flag_keys, end_of_trajectory
+from rlcollect.envs.non_tensor import copy_non_tensor, non_tensor_keys, time_index
 
 NestedKey = str | tuple[str, ...]
 POLICY_VERSION_KEY = (keys.NEXT, keys.POLICY_VERSION)
 
 
-def _prototype(
-    env: EnvBase, policy: Any, devices: DeviceSplit, track_version: bool
-) -> tuple[TensorDictBase, list[NestedKey], list[tuple[str, ...]]]:
-    """One zero-filled frame with every key the carrier holds, the policy's output keys and
-    the recurrent state keys the collector carries for it."""
+def _env_frame(env: EnvBase, devices: DeviceSplit, track_version: bool) -> TensorDictBase:
+    """One zero-filled frame of the env's keys and the collector's own."""
     frame = env.fake_tensordict().to(devices.env)
-    output_keys: list[NestedKey] = [keys.ACTION]
-    state_keys: list[tuple[str, ...]] = []
-    if policy.module is not None:
-        root = frame.exclude(keys.NEXT, keys.ACTION).to(devices.policy)
-        outputs = policy_outputs(policy.module, root)
-        output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
-        frame.update(outputs.to(devices.env))
-        state_keys = policy_state_keys(output_keys, env.observation_keys)
-        for key in state_keys:  # the root slot the policy reads its state from
-            if key not in frame.keys(include_nested=True):
-                frame.set(key, torch.zeros_like(frame.get((keys.NEXT, *key))))
     frame.set(keys.TRAJ_IDS, torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env))
     if track_version:
         version = torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env)
         frame.set(POLICY_VERSION_KEY, version)
-    return frame, output_keys, state_keys
+    return frame
+
+
+def _expand(frame: TensorDictBase, steps: int) -> TensorDictBase:
+    """A zero-filled `[*B, steps + 1]` carrier of `frame`'s keys, last dim named "time"."""
+    time_dim = frame.batch_dims
+    carrier = frame.unsqueeze(time_dim).expand(*frame.batch_size, steps + 1).clone()
+    carrier.zero_()
+    carrier.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
+    return carrier
+
+
+def _learn_outputs(
+    env: EnvBase, policy: Any, root: TensorDictBase, devices: DeviceSplit
+) -> tuple[TensorDictBase | None, list[NestedKey], list[tuple[str, ...]]]:
+    """The policy's outputs on `root` (a real first observation), its output keys and the
+    recurrent state keys the collector carries for it."""
+    action_keys = list(env.action_keys)
+    if policy.module is None:
+        return None, action_keys, []
+    root = root.exclude(keys.NEXT, *action_keys).to(devices.policy)
+    policy.name_extra_outputs(root)
+    outputs = policy_outputs(policy.module, root, action_keys)
+    output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
+    return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys)
+
+
+def _plain(key: NestedKey) -> NestedKey:
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
+
+
+def _last_name(key: NestedKey) -> str:
+    return key if isinstance(key, str) else key[-1]
+
+
+def _sibling(key: NestedKey, name: str) -> NestedKey:
+    """The key next to `key` in its group: `("agents", "truncated")` -> `("agents", name)`."""
+    return name if isinstance(key, str) else (*key[:-1], name)
 
 
 @dataclass
@@ -66,6 +91,8 @@ class CarrierLayout:
     carry_keys: list[NestedKey]
     device: torch.device
     state_keys: list[tuple[str, ...]] = field(default_factory=list)
+    done_keys: list[NestedKey] = field(default_factory=lambda: list(keys.DONE_KEYS))
+    reward_keys: list[NestedKey] = field(default_factory=lambda: [keys.REWARD])
     batch_view: TensorDictBase = field(init=False)
 
     def __post_init__(self) -> None:
@@ -74,17 +101,30 @@ class CarrierLayout:
         index = (*([slice(None)] * self.time_dim), slice(0, self.steps))
         self.batch_view = self.carrier[index]
         next_td = self.carrier.get(keys.NEXT)
+        present = next_td.keys(include_nested=True)
         self._traj = self.carrier.get(keys.TRAJ_IDS)
-        self._done = next_td.get(keys.DONE)
-        self._truncated = next_td.get(keys.TRUNCATED) if keys.TRUNCATED in next_td else None
-        self._reward = next_td.get(keys.REWARD)
+        # One `done` flag per group of flags (one at the root for most envs), the truncated
+        # flags with the done flag of their group, and every reward.
+        self._ends = [next_td.get(key) for key in end_flag_keys(self.done_keys)]
+        self._truncations = [
+            (next_td.get(key), next_td.get(_sibling(key, keys.DONE)))
+            for key in self.done_keys
+            if _last_name(key) == keys.TRUNCATED and key in present
+        ]
+        self._rewards = [next_td.get(key) for key in self.reward_keys]
+        # Non-tensor entries (e.g. strings a TorchRL transform writes) are copied through the
+        # carrier at an index; the batch view holds stale copies of them, refreshed per batch.
+        self._extras = non_tensor_keys(self.carrier)
+        extras = set(self._extras)
+        self._extra_carry = [key for key in map(_plain, self.carry_keys) if key in extras]
+        self._tensor_carry = [key for key in map(_plain, self.carry_keys) if key not in extras]
         self._version = (
             self.carrier.get(POLICY_VERSION_KEY)
             if POLICY_VERSION_KEY in self.carrier.keys(include_nested=True)
             else None
         )
         self._state_carry = (
-            PolicyStateCarry(self.carrier, self.state_keys, self.time_dim)
+            PolicyStateCarry(self.carrier, self.state_keys, self.time_dim, self.ended_at)
             if self.state_keys
             else None
         )
@@ -98,15 +138,46 @@ class CarrierLayout:
         devices: DeviceSplit,
         track_version: bool,
     ) -> CarrierLayout:
-        """Allocate the carrier from one prototype frame of `env` and `policy`."""
-        frame, output_keys, state_keys = _prototype(env, policy, devices, track_version)
+        """Allocate the carrier, with the env reset into its slot T (where a batch starts
+        from: the first batch carries it over as any later one does).
+
+        The policy's outputs are learnt from one call on that real first observation, not on
+        zeros: a policy may reject an impossible input (e.g. an action mask of all zeros).
+        The env is then bound to the full carrier, which holds the policy's outputs too.
+        """
+        frame = _env_frame(env, devices, track_version)
+        if getattr(env, "keeps_no_device", False) and devices.env.type == "cpu":
+            frame.clear_device_()  # a TorchRL env without a device gets TensorDicts without one
         time_dim = len(env.batch_size)
-        carrier = frame.unsqueeze(time_dim).expand(*env.batch_size, steps + 1).clone()
-        carrier.zero_()
-        carrier.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
+        carrier = _expand(frame, steps)
+        env.bind(carrier)
+        env.reset_into(steps)
+        slot = time_index(time_dim, steps)
+        first = carrier[slot].exclude(keys.NEXT)
+        outputs, output_keys, state_keys = _learn_outputs(env, policy, first, devices)
+        if outputs is not None:
+            frame.update(outputs.to(devices.env))
+            for key in state_keys:  # the root slot the policy reads its state from
+                if key not in frame.keys(include_nested=True):
+                    frame.set(key, torch.zeros_like(frame.get((keys.NEXT, *key))))
+            full = _expand(frame, steps)
+            full[slot].update_(first.exclude(*output_keys))
+            for extra in non_tensor_keys(first):  # an index of them is a copy, not a view
+                full.set_at_(extra, first.get(extra), slot)
+            carrier = full
+            env.bind(carrier)
         carry_keys: list[NestedKey] = [*env.observation_keys, *env.done_keys, keys.TRAJ_IDS]
         carry_keys += state_keys
-        return cls(carrier, steps, output_keys, carry_keys, devices.env, state_keys)
+        return cls(
+            carrier,
+            steps,
+            output_keys,
+            carry_keys,
+            devices.env,
+            state_keys,
+            list(env.done_keys),
+            list(env.reward_keys),
+        )
 
     def adopt(self, storage: TensorDictBase) -> CarrierLayout:
         """A layout over `storage` (e.g. a RolloutBuffer's `[N, T + 1]` TensorDict).
@@ -143,7 +214,14 @@ class CarrierLayout:
             if key not in present:
                 storage.set(key, torch.zeros_like(self.carrier.get(key)))
         layout = CarrierLayout(
-            storage, self.steps, self.output_keys, self.carry_keys, self.device, self.state_keys
+            storage,
+            self.steps,
+            self.output_keys,
+            self.carry_keys,
+            self.device,
+            self.state_keys,
+            self.done_keys,
+            self.reward_keys,
         )
         layout.carry_from(self)
         return layout
@@ -151,13 +229,26 @@ class CarrierLayout:
     def carry_from(self, other: CarrierLayout) -> None:
         """Slot T of this carrier = slot T of `other`'s, for the root keys that carry (the
         state the next batch starts from)."""
-        for key in self.carry_keys:
+        for key in self._tensor_carry:
             self._at(self.carrier.get(key), self.steps).copy_(
                 other._at(other.carrier.get(key), other.steps)
             )
+        for key in self._extra_carry:
+            last = time_index(self.time_dim, self.steps)
+            copy_non_tensor(other.carrier, self.carrier, key, last, last)
 
     def _at(self, tensor: torch.Tensor, t: int) -> torch.Tensor:
         return tensor.select(self.time_dim, t)
+
+    def ended_at(self, t: int) -> torch.Tensor:
+        """Which sub-envs ended a trajectory at step `t`, shaped as the env batch."""
+        return end_of_trajectory([self._at(flag, t) for flag in self._ends], self.time_dim)
+
+    def _ended_in_batch(self) -> torch.Tensor:
+        """`[n, T]`: which steps of the batch just collected ended a trajectory."""
+        flags = [flag.narrow(self.time_dim, 0, self.steps) for flag in self._ends]
+        ended = end_of_trajectory(flags, self.time_dim + 1)
+        return ended.reshape(self.env_numel, self.steps)
 
     # --- per-step parts -------------------------------------------------------------------------
 
@@ -168,10 +259,18 @@ class CarrierLayout:
             return None
         policy_device = policy.device if policy.device != self.device else None
         grad_mode = policy_grad_mode(inference_mode, policy.module)
-        if is_fast_module(policy.module):
+        if is_fast_module(policy.module) and self._holds_tensors(policy.module):
             return ModuleStep(policy.module, self.carrier, self.time_dim, policy_device, grad_mode)
         return DictStep(
             policy.module, self.carrier, self.time_dim, self.output_keys, policy_device, grad_mode
+        )
+
+    def _holds_tensors(self, module: Any) -> bool:
+        """Whether every in and out key of `module` is a tensor of the carrier (a module may
+        read a whole sub-TensorDict, which only the TensorDict path can hand it)."""
+        return all(
+            isinstance(self.carrier.get(key, None), torch.Tensor)
+            for key in (*module.in_keys, *module.out_keys)
         )
 
     def env_step(self, env: EnvBase) -> Callable[[int], None]:
@@ -187,34 +286,45 @@ class CarrierLayout:
 
         return step_and_carry
 
-    def random_step(self, action_spec: Any) -> RandomStep:
-        """The per-step callable writing random actions."""
-        return RandomStep(action_spec, self.carrier, self.time_dim)
+    def random_step(self, env: EnvBase) -> RandomStep:
+        """The per-step callable writing random actions from `env`'s action spec(s)."""
+        return RandomStep(env, self.carrier, self.time_dim)
 
     # --- per-batch upkeep -----------------------------------------------------------------------
 
-    def start_trajectories(self, ids: torch.Tensor) -> None:
-        """New trajectories start at slot 0 with `ids` (one per sub-env), with a fresh
-        recurrent state."""
-        self._at(self._traj, 0).copy_(ids.reshape(self._traj.shape[: self.time_dim]))
+    def start_trajectories(self, ids: torch.Tensor, t: int = 0) -> None:
+        """New trajectories start at slot `t` (0, or T before the first batch) with `ids`
+        (one per sub-env), with a fresh recurrent state."""
+        self._at(self._traj, t).copy_(ids.reshape(self._traj.shape[: self.time_dim]))
         if self._state_carry is not None:
-            self._state_carry.clear(0)
+            self._state_carry.clear(t)
 
     def carry_over(self) -> None:
         """Slot 0 of the next batch = slot T of this one, for the root keys that carry."""
-        for key in self.carry_keys:
+        for key in self._tensor_carry:
             tensor = self.carrier.get(key)
             self._at(tensor, 0).copy_(self._at(tensor, self.steps))
+        for key in self._extra_carry:
+            last, first = time_index(self.time_dim, self.steps), time_index(self.time_dim, 0)
+            copy_non_tensor(self.carrier, self.carrier, key, last, first)
+
+    def with_extras(self, batch: TensorDictBase) -> TensorDictBase:
+        """`batch` (a copy of the batch view) with the batch's non-tensor entries."""
+        steps = time_index(self.time_dim, slice(0, self.steps))
+        for key in self._extras:
+            batch.set(key, self.carrier.get(key)[steps])
+        return batch
 
     def truncate_last_step(self) -> None:
         """Mark the batch's last step truncated and done (`set_truncated=True`).
 
         The collector checks at construction that the env has a truncated flag.
         """
-        if self._truncated is None:
+        if not self._truncations:
             raise KeyError("the carrier has no ('next', 'truncated') entry to mark.")
-        self._at(self._truncated, self.steps - 1).fill_(True)
-        self._at(self._done, self.steps - 1).fill_(True)
+        for truncated, done in self._truncations:
+            self._at(truncated, self.steps - 1).fill_(True)
+            self._at(done, self.steps - 1).fill_(True)
 
     def record_episodes(self, episodes: EpisodeTracker) -> None:
         """Account the returns of the episodes the env finished in the batch just collected.
@@ -222,15 +332,15 @@ class CarrierLayout:
         Called before `truncate_last_step`, so that a batch cut is not counted as an episode.
         """
         n = self.env_numel
-        done = self._done[..., : self.steps, :].reshape(n, self.steps)
-        reward = self._reward[..., : self.steps, :].reshape(n, self.steps, -1).sum(-1)
-        episodes.update(reward, done)
+        reward = sum(
+            tensor.narrow(self.time_dim, 0, self.steps).reshape(n, self.steps, -1).sum(-1)
+            for tensor in self._rewards
+        )
+        episodes.update(reward, self._ended_in_batch())
 
     def finish_batch(self, trajectories: TrajectoryCounter, version: int) -> None:
         """Trajectory ids and policy version for the batch just collected."""
-        n = self.env_numel
-        done = self._done[..., : self.steps, :].reshape(n, self.steps)
-        traj = self._traj.reshape(n, self.steps + 1)
-        trajectories.fill(traj[:, 0].clone(), done, traj)
+        traj = self._traj.reshape(self.env_numel, self.steps + 1)
+        trajectories.fill(traj[:, 0].clone(), self._ended_in_batch(), traj)
         if self._version is not None:
             self._version[..., : self.steps].fill_(version)

@@ -13,7 +13,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
-from rlcollect import keys
 from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
@@ -26,7 +25,9 @@ from rlcollect.collectors.options import (
     validate_frames,
 )
 from rlcollect.collectors.policy import warn_if_action_misfits
+from rlcollect.collectors.policy_transforms import register_policy_transforms
 from rlcollect.collectors.policy_weights import PolicyHolder
+from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
@@ -103,6 +104,10 @@ class Collector(BatchIteration):
         use_buffers: must be None or True: batches are always written into one buffer.
         trust_policy: accepted and ignored: the policy's outputs are learnt by one probe
             call at construction, so there is nothing to trust or check per step.
+        auto_register_policy_transforms: True adds an `InitTracker` to the env when the
+            policy reads `"is_init"` and the env does not write it (a recurrent policy); no
+            state primer is needed, the collector carries the state. None or False leave the
+            env as it is, and a policy missing its flag is refused at construction.
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
@@ -153,6 +158,7 @@ class Collector(BatchIteration):
         track_traj_ids: bool = True,
         use_buffers: bool | None = None,
         trust_policy: bool | None = None,
+        auto_register_policy_transforms: bool | None = None,
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -188,7 +194,9 @@ class Collector(BatchIteration):
             post_collect_hook=post_collect_hook,
             track_traj_ids=track_traj_ids,
         )
-        self.env = make_env(create_env_fn, create_env_kwargs)
+        self.env = register_policy_transforms(
+            make_env(create_env_fn, create_env_kwargs), policy, auto_register_policy_transforms
+        )
         self.devices = DeviceSplit.resolve(
             env_own_device=self.env.device,
             device=device,
@@ -220,17 +228,19 @@ class Collector(BatchIteration):
         self.total_frames = self._round_total("total_frames", total_frames)
         self.init_random_frames = self._round_total("init_random_frames", init_random_frames or 0)
 
-        self.policy = PolicyHolder(policy, observation_keys, self.devices.policy)
+        action_keys = list(self.env.action_keys)
+        self.policy = PolicyHolder(policy, observation_keys, self.devices.policy, action_keys)
         self.layout = CarrierLayout.build(
             self.env, self.policy, self.steps_per_batch, self.devices, track_policy_version
         )
-        if self.policy.module is not None:
+        if self.policy.module is not None and len(action_keys) == 1:
             warn_if_action_misfits(
-                self.env.action_spec,
-                self.layout.carrier.get(keys.ACTION),
+                self.env.full_action_spec[action_keys[0]],
+                self.layout.carrier.get(action_keys[0]),
                 len(self.env.batch_size),
+                action_keys[0],
             )
-        self._random_step = self.layout.random_step(self.env.action_spec)
+        self._random_step = self.layout.random_step(self.env)
         self._policy_step = (
             self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
         )
@@ -240,9 +250,13 @@ class Collector(BatchIteration):
         self._rollout_target: tuple[TensorDictBase, CarrierLayout, Any, Any] | None = None
         self.frames = 0
         self.iterations = 0
-        self._needs_reset = True
+        # The env was reset into the carrier's slot T, where a batch starts from; its
+        # trajectories get their ids when the first batch starts them.
+        self._needs_reset = False
+        self._unstarted = True
         self._start_time: float | None = None
         self._frames_at_start = 0
+        self._profiler: RolloutProfiler | None = None
 
     def _round_total(self, argument: str, frames: int) -> int:
         return round_to_batches(argument, frames, self.frames_per_batch, 3)
@@ -269,6 +283,9 @@ class Collector(BatchIteration):
             self._needs_reset = False
         else:
             layout.carry_over()
+            if self._unstarted:
+                layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
+        self._unstarted = False
         random_phase = self.frames < self.init_random_frames
         policy_step = self._random_step if random_phase else self._policy_step
         env_step = layout.env_step(env)
@@ -290,6 +307,8 @@ class Collector(BatchIteration):
         layout.finish_batch(self._trajectories, self.policy.version)
         self.frames += self.frames_per_batch
         self.iterations += 1
+        if self._profiler is not None:
+            self._profiler.step()
 
     def _deliver(self) -> TensorDictBase:
         batch = self.layout.batch_view
@@ -297,6 +316,7 @@ class Collector(BatchIteration):
             batch = batch.to(self.devices.storing)
         elif not self.options.return_same_td:
             batch = batch.clone()
+        batch = self.layout.with_extras(batch)
         for process in self.options.pipeline:
             batch = process(batch)
         return batch
@@ -322,7 +342,7 @@ class Collector(BatchIteration):
         target = self._rollout_target
         if target is None or target[0] is not rollout:
             layout = own.adopt(rollout)  # validates rollout before anything changes
-            random_step = layout.random_step(self.env.action_spec)
+            random_step = layout.random_step(self.env)
             policy_step = layout.policy_step(self.policy, self.inference_mode) or random_step
             target = self._rollout_target = (rollout, layout, random_step, policy_step)
         _, layout, random_step, policy_step = target
@@ -500,6 +520,32 @@ class Collector(BatchIteration):
         self._check_idle("set_seed()")
         self._needs_reset = True
         return self.env.set_seed(seed)
+
+    def enable_profile(self, **options: Any) -> None:
+        """Profile the next batches with PyTorch's profiler, as TorchRL's `enable_profile`:
+        `num_rollouts=3` batches of which `warmup_rollouts=1` warm up, the trace exported to
+        `save_path` (default `./collector_profile_{worker_idx}.json`) or handed to
+        `on_trace_ready`; also `activities`, `record_shapes`, `profile_memory`, `with_stack`,
+        `with_flops`. `workers` is for multi-process collectors and ignored here."""
+        self.profile_with(ProfileConfig(**options))
+
+    def profile_with(self, config: ProfileConfig) -> None:
+        """`enable_profile` with its options checked (a multi-process parent sends these)."""
+        self._check_idle("enable_profile()")
+        self.disable_profile()
+        self._profiler = RolloutProfiler(config, self.worker_idx or 0)
+
+    def disable_profile(self) -> None:
+        """Stop profiling now (what was recorded is exported); a no-op when not profiling."""
+        if self._profiler is not None:
+            self._profiler.stop()
+            self._profiler = None
+
+    @property
+    def profile_config(self) -> ProfileConfig | None:
+        """The running profiling session's options, or None."""
+        profiler = self._profiler
+        return None if profiler is None or profiler.done else profiler.config
 
     def reset(self) -> None:
         """Start new trajectories: the next batch begins with an env reset."""

@@ -7,6 +7,7 @@ back. `MultiSyncCollector` and `MultiAsyncCollector` differ only in how they gat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
@@ -35,6 +36,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
+from rlcollect.collectors.profiling import ProfileConfig
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
     NoWeightSyncScheme,
@@ -148,6 +150,10 @@ class MultiCollectorBase(BatchIteration):
         self._frames = 0
         # Frames each worker wrote to the replay buffer (they count; this process reads).
         self._frames_written = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
+        # Buffer frames this parent has accounted: by the workers' replies in the foreground (a
+        # worker counts its write before it replies, so the shared count can run ahead of the
+        # batches handed out), all of them once background collection stops.
+        self._buffer_frames = 0
         self.iterations = 0
         self._start_time: float | None = None
         self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -274,7 +280,9 @@ class MultiCollectorBase(BatchIteration):
         workers (in the background too). While they write in the background, reading it also
         checks that they live, so a loop waiting on it learns of a dead worker (or has it
         restarted) instead of waiting forever."""
-        if self._in_background and self.pool.is_open:
+        if not self._in_background:
+            return self._frames + self._buffer_frames
+        if self.pool.is_open:
             self.pool.check_alive()
         return self._frames + int(self._frames_written.sum())
 
@@ -437,6 +445,7 @@ class MultiCollectorBase(BatchIteration):
         if self.pool.is_open:
             self.pool.request(self.pool.slots, WorkerCommand.STOP, timeout=timeout)
             self._in_background = False
+            self._buffer_frames = int(self._frames_written.sum())
             for slot in self.pool.slots:
                 slot.background = None
             if close_env:
@@ -457,6 +466,33 @@ class MultiCollectorBase(BatchIteration):
             (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
             seed = SEED_REPLY.unpack(reply)[0]
         return seed
+
+    def enable_profile(self, *, workers: Sequence[int] | None = None, **options: Any) -> None:
+        """Profile the next batches of `workers` (default `[0]`) in their own processes, as
+        TorchRL's `enable_profile`; each exports its trace to `save_path` with `{worker_idx}`
+        filled in (see `Collector.enable_profile` for the options)."""
+        self._check_idle("enable_profile()")
+        chosen = [0] if workers is None else list(workers)
+        bad = [index for index in chosen if not 0 <= index < len(self.pool.slots)]
+        if bad:
+            raise ValueError(
+                f"enable_profile workers={chosen} names workers {bad} that do not exist; this "
+                f"collector has workers 0..{len(self.pool.slots) - 1}."
+            )
+        config = ProfileConfig(workers=chosen, **options)
+        for index in chosen:  # each worker's trace path names its index here
+            own = dataclasses.replace(config, save_path=config.trace_path(index))
+            slot = self.pool.slots[index]
+            self.pool.request([slot], WorkerCommand.PROFILE, payload=pickle.dumps(own))
+
+    def profile_with(self, config: ProfileConfig) -> None:
+        """As a worker of a parent collector: profile this collector's first worker."""
+        self.pool.request(self.pool.slots[:1], WorkerCommand.PROFILE, payload=pickle.dumps(config))
+
+    def disable_profile(self) -> None:
+        """Stop profiling in every worker (what was recorded is exported)."""
+        if self.pool.is_open:
+            self.pool.request(self.pool.slots, WorkerCommand.PROFILE)
 
     def reset(self) -> None:
         """Every worker starts new trajectories at its next batch."""
@@ -501,7 +537,8 @@ class MultiCollectorBase(BatchIteration):
             )
         for slot, worker_state in zip(self.pool.slots, workers, strict=True):
             self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))
-        self._frames = int(state["frames"]) - int(self._frames_written.sum())
+        self._buffer_frames = int(self._frames_written.sum())
+        self._frames = int(state["frames"]) - self._buffer_frames
         self.iterations = int(state["iterations"])
         self.policy_version = int(state["policy_version"])
 

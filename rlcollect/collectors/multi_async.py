@@ -107,11 +107,10 @@ class MultiAsyncCollector(MultiCollectorBase):
         slot.has_batch = False
         self.iterations += 1
         if self.options.replay_buffer is not None:
+            self._buffer_frames += slot.last_frames
             return None  # the worker wrote the batch, and counted it
         self._frames += slot.last_frames
-        if slot.batch is None:  # a COLLECT reply always brings the batch's handle first
-            raise RuntimeError(f"worker {slot.index} answered COLLECT without a batch.")
-        batch = slot.batch.clone()
+        batch = slot.batch_with_extras().clone()
         batch.set(
             keys.WORKER_ID,
             torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device),

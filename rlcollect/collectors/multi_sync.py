@@ -117,7 +117,8 @@ class MultiSyncCollector(MultiCollectorBase):
         for slot in slots:
             slot.has_batch = False
         if self.options.replay_buffer is not None:
+            self._buffer_frames += sum(slot.last_frames for slot in slots)
             return None  # the workers wrote the batch, and counted it
         self._frames += sum(slot.last_frames for slot in slots)
-        batch = gather_batches([slot.batch for slot in slots], self.cat_results)
+        batch = gather_batches([slot.batch_with_extras() for slot in slots], self.cat_results)
         return self._finish(batch)

@@ -45,10 +45,19 @@ def _forward_names(module: nn.Module) -> list[str]:
 
 
 def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> list[NestedKey]:
+    """The observation keys a plain module's forward arguments name: root keys first, as
+    TorchRL matches them (a sub-TensorDict such as `"agents"` is handed over whole), then
+    nested leaves by their (unique) last name, then the only observation for a one-argument
+    forward."""
     names = _forward_names(module)
-    by_leaf = {(key if isinstance(key, str) else key[-1]): key for key in observation_keys}
+    tuples = [key if isinstance(key, tuple) else (key,) for key in observation_keys]
+    roots = {key[0] for key in tuples}
+    if names and all(name in roots for name in names):
+        return list(names)
+    leaf_names = [key[-1] for key in tuples]
+    by_leaf = {key[-1]: key for key in tuples if leaf_names.count(key[-1]) == 1}
     if names and all(name in by_leaf for name in names):
-        return [by_leaf[name] for name in names]
+        return [_plain(by_leaf[name]) for name in names]
     if len(names) == 1 and len(observation_keys) == 1:
         return list(observation_keys)
     raise TypeError(
@@ -57,6 +66,10 @@ def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> 
         "the observation keys, or wrap it yourself: TensorDictModule(policy, "
         "in_keys=[...], out_keys=['action'])."
     )
+
+
+def _plain(key: tuple[str, ...]) -> NestedKey:
+    return key[0] if len(key) == 1 else key
 
 
 def is_unset_random_policy(policy: Any) -> bool:
@@ -69,7 +82,9 @@ def is_unset_random_policy(policy: Any) -> bool:
     )
 
 
-def warn_if_action_misfits(action_spec: Any, action: torch.Tensor, batch_dims: int) -> None:
+def warn_if_action_misfits(
+    action_spec: Any, action: torch.Tensor, batch_dims: int, action_key: NestedKey = keys.ACTION
+) -> None:
     """Warn (once: at construction) when the policy's action does not fit the env's action
     spec in dtype or per-frame shape, naming both: e.g. raw logits (float `[2]`) stored as the
     action of an env that takes a one-hot int64 `[2]` or an index."""
@@ -78,7 +93,8 @@ def warn_if_action_misfits(action_spec: Any, action: torch.Tensor, batch_dims: i
     if action.dtype == action_spec.dtype and action_shape == spec_shape:
         return
     warnings.warn(
-        f"the policy writes 'action' as {action.dtype} of shape {list(action_shape)} per frame, "
+        f"the policy writes {action_key!r} as {action.dtype} of shape {list(action_shape)} per "
+        "frame, "
         f"but the env's action spec is {action_spec.dtype} of shape {list(spec_shape)} "
         f"({type(action_spec).__name__}); the env may misread it. Make the policy output a "
         "valid action (e.g. sample from its logits with a ProbabilisticTensorDictModule).",
@@ -86,12 +102,17 @@ def warn_if_action_misfits(action_spec: Any, action: torch.Tensor, batch_dims: i
     )
 
 
-def resolve_policy(policy: Any, observation_keys: Sequence[NestedKey]) -> Any:
+def resolve_policy(
+    policy: Any,
+    observation_keys: Sequence[NestedKey],
+    action_keys: Sequence[NestedKey] = (keys.ACTION,),
+) -> Any:
     """The policy as a `td -> td` callable, or None for random actions.
 
     A TensorDict module is used as is; a plain `nn.Module` whose forward takes one
     TensorDict is called on TensorDicts; any other `nn.Module` is wrapped in a
-    `TensorDictModule` reading the observation keys its forward names and writing `"action"`.
+    `TensorDictModule` reading the observation keys its forward names and writing the env's
+    action key(s) (`"action"`), as TorchRL's collector wraps it.
 
     Raises:
         TypeError: when the policy is neither of those.
@@ -104,7 +125,7 @@ def resolve_policy(policy: Any, observation_keys: Sequence[NestedKey]) -> Any:
         if _takes_tensordict(policy.forward):
             return policy
         in_keys = _match_in_keys(policy, observation_keys)
-        return TensorDictModule(policy, in_keys=in_keys, out_keys=[keys.ACTION])
+        return TensorDictModule(policy, in_keys=in_keys, out_keys=list(action_keys))
     if callable(policy) and _takes_tensordict(policy):
         return policy
     raise TypeError(
@@ -114,22 +135,33 @@ def resolve_policy(policy: Any, observation_keys: Sequence[NestedKey]) -> Any:
     )
 
 
-def policy_outputs(policy: Any, root: TensorDictBase) -> TensorDictBase:
+def policy_outputs(
+    policy: Any, root: TensorDictBase, action_keys: Sequence[NestedKey] = (keys.ACTION,)
+) -> TensorDictBase:
     """Run the policy once on a prototype root and return the entries it produced."""
     before = set(root.keys(include_nested=True, leaves_only=True))
     with torch.no_grad():
         result = policy(root.clone())
-    produced = [
-        key
-        for key in result.keys(include_nested=True, leaves_only=True)
-        if key not in before or key == keys.ACTION
-    ]
-    if keys.ACTION not in result:
+    present = result.keys(include_nested=True, leaves_only=True)
+    produced = [key for key in present if key not in before or key in action_keys]
+    missing = [key for key in action_keys if key not in present]
+    if missing:
         raise ValueError(
-            f"the policy must write 'action' into the TensorDict; it produced {produced} "
-            "instead. Set out_keys=['action', ...] on the TensorDictModule."
+            f"the policy must write the env's action key(s) {list(action_keys)} into the "
+            f"TensorDict; it produced {produced} and not {missing}. Set out_keys="
+            f"{list(action_keys)} (and any other outputs) on the TensorDictModule."
         )
     return result.select(*produced)
+
+
+def extra_output_keys(module: TensorDictModule, root: TensorDictBase) -> list[str]:
+    """TorchRL's names for what an auto-wrapped module returns past its action(s):
+    `"output1"`, `"output2"`, ... for a module that returns a tuple."""
+    with torch.no_grad():
+        result = module.module(*(root.get(key) for key in module.in_keys))
+    if not isinstance(result, tuple):
+        return []
+    return [f"output{i}" for i in range(1, len(result) - len(module.out_keys) + 1)]
 
 
 def has_lazy_parameters(policy: Any) -> bool:
@@ -156,14 +188,23 @@ def _time_views(tensor: torch.Tensor, time_dim: int, count: int) -> list[torch.T
 
 
 class RandomStep:
-    """Writes a random action from the action spec into the carrier at step t."""
+    """Writes a random action from the env's action spec(s) into the carrier at step t."""
 
-    def __init__(self, action_spec: Any, carrier: TensorDictBase, time_dim: int) -> None:
-        self._spec = action_spec
-        self._slots = _time_views(carrier.get(keys.ACTION), time_dim, carrier.shape[time_dim])
+    def __init__(self, env: Any, carrier: TensorDictBase, time_dim: int) -> None:
+        length = carrier.shape[time_dim]
+        self._action_keys = list(env.action_keys)
+        self._single = self._action_keys == [keys.ACTION]
+        # One root action (most envs): draw a tensor; otherwise a TensorDict of them all.
+        self._spec = env.action_spec if self._single else env.full_action_spec
+        self._slots = [_time_views(carrier.get(key), time_dim, length) for key in self._action_keys]
 
     def __call__(self, t: int) -> None:
-        self._slots[t].copy_(self._spec.rand())
+        if self._single:
+            self._slots[0][t].copy_(self._spec.rand())
+            return
+        sample = self._spec.rand()
+        for key, slots in zip(self._action_keys, self._slots, strict=True):
+            slots[t].copy_(sample.get(key))
 
 
 class ModuleStep:

@@ -9,7 +9,7 @@ observation. Otherwise the collector does, here: after each step, root `t + 1` g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -39,23 +39,26 @@ class PolicyStateCarry:
     """Copies `("next", key)` at `t` to `key` at `t + 1`, zeroed where the step at `t` was done."""
 
     def __init__(
-        self, carrier: TensorDictBase, state_keys: Sequence[tuple[str, ...]], time_dim: int
+        self,
+        carrier: TensorDictBase,
+        state_keys: Sequence[tuple[str, ...]],
+        time_dim: int,
+        ended_at: Callable[[int], torch.Tensor],
     ) -> None:
         next_td = carrier.get(keys.NEXT)
         self._pairs = [(carrier.get(key), next_td.get(key)) for key in state_keys]
-        self._done = next_td.get(keys.DONE)
+        self._ended_at = ended_at
         self._time_dim = time_dim
 
-    def _reset_mask(self, t: int, target: torch.Tensor) -> torch.Tensor:
-        done = self._done.select(self._time_dim, t)  # [*B, 1]
-        batch = done.shape[: self._time_dim]
-        return done.reshape(*batch, *([1] * (target.ndim - len(batch))))
+    def _reset_mask(self, ended: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return ended.reshape(*ended.shape, *([1] * (target.ndim - ended.ndim)))
 
     def __call__(self, t: int) -> None:
+        ended = self._ended_at(t)  # [*B]
         for root, next_value in self._pairs:
             target = root.select(self._time_dim, t + 1)
             target.copy_(next_value.select(self._time_dim, t))
-            target.masked_fill_(self._reset_mask(t, target), 0)
+            target.masked_fill_(self._reset_mask(ended, target), 0)
 
     def clear(self, t: int) -> None:
         """Zero the state at root `t` (every sub-env was just reset)."""

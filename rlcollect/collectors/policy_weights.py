@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from rlcollect.collectors.policy import resolve_policy
+from rlcollect.collectors.policy import extra_output_keys, resolve_policy
 
 
 def _parameter_devices(module: Any) -> set[torch.device]:
@@ -37,8 +37,16 @@ class PolicyHolder:
     deep copy is moved there, and `update()` with no argument copies the user's weights again.
     """
 
-    def __init__(self, policy: Any, observation_keys: Sequence[Any], device: torch.device) -> None:
-        resolved = resolve_policy(policy, observation_keys)
+    def __init__(
+        self,
+        policy: Any,
+        observation_keys: Sequence[Any],
+        device: torch.device,
+        action_keys: Sequence[Any] = ("action",),
+    ) -> None:
+        resolved = resolve_policy(policy, observation_keys, action_keys)
+        # A plain module we wrapped: its extra outputs are named once its output is seen.
+        self._auto_wrapped = resolved is not policy and type(resolved) is TensorDictModule
         self.device = device
         self.version = 0
         self._source = None
@@ -47,6 +55,18 @@ class PolicyHolder:
             self._source = resolved
             resolved = copy.deepcopy(resolved).to(device)
         self.module = resolved
+
+    def name_extra_outputs(self, root: TensorDictBase) -> None:
+        """Give the outputs of an auto-wrapped module past its action(s) TorchRL's names
+        (`"output1"`, ...), from one call on `root`."""
+        if not self._auto_wrapped:
+            return
+        module = self.module
+        extra = extra_output_keys(module, root)
+        if extra:
+            self.module = TensorDictModule(
+                module.module, in_keys=module.in_keys, out_keys=[*module.out_keys, *extra]
+            )
 
     def _target_for(self, weights: Any) -> nn.Module:
         """The module `weights` belong to: ours, or the plain module it wraps."""

@@ -19,17 +19,25 @@ from rlcollect.envs.base import EnvBase
 from rlcollect.envs.specs import Composite, Unbounded, spec_leaves
 
 
-def has_truncated_flag(env: Any) -> bool:
-    """Whether `env` has a root `"truncated"` flag."""
-    root_flags = [
-        key[0] if isinstance(key, tuple) and len(key) == 1 else key for key in env.done_keys
-    ]
-    return keys.TRUNCATED in root_flags
+def _root_name(key: Any) -> str | None:
+    """`key`'s name when it is at the root (`"done"` or `("done",)`), else None."""
+    if isinstance(key, str):
+        return key
+    return key[0] if len(key) == 1 else None
+
+
+def has_truncated_flag(env: Any, at_root: bool = True) -> bool:
+    """Whether `env` has a root `"truncated"` flag (with `at_root=False`: one in any group)."""
+    if at_root:
+        return keys.TRUNCATED in [_root_name(key) for key in env.done_keys]
+    return any(
+        (key if isinstance(key, str) else key[-1]) == keys.TRUNCATED for key in env.done_keys
+    )
 
 
 def require_truncated_flag(env: Any, option: str) -> None:
-    """Raise a ValueError naming `option` unless `env` has a root `"truncated"` flag."""
-    if not has_truncated_flag(env):
+    """Raise a ValueError naming `option` unless `env` has a `"truncated"` flag."""
+    if not has_truncated_flag(env, at_root=False):
         raise ValueError(
             f"{option} marks steps truncated, but the env has no 'truncated' flag (its done "
             f"keys are {list(env.done_keys)}); add one to its done_spec or drop {option}."
@@ -51,6 +59,14 @@ class StepLimit(EnvBase):
             )
         if max_steps < 1:
             raise ValueError(f"max_frames_per_traj must be >= 1; got {max_steps}.")
+        nested = [key for key in env.done_keys if _root_name(key) is None]
+        if nested:
+            raise ValueError(
+                f"max_frames_per_traj={max_steps} counts steps per sub-env, but the env has "
+                f"done flags in groups {nested}; the limit is supported for envs whose flags "
+                "are all at the root. Add a step counter to the env itself (e.g. TorchRL's "
+                "StepCounter(max_steps=...)) instead."
+            )
         super().__init__(env.batch_size, env.device)
         self.env = env
         self.max_steps = max_steps
@@ -74,6 +90,34 @@ class StepLimit(EnvBase):
     @property
     def observation_keys(self) -> list[tuple[str, ...]]:
         return [*self.env.observation_keys, (keys.STEP_COUNT,)]
+
+    @property
+    def keeps_no_device(self) -> bool:
+        return bool(getattr(self.env, "keeps_no_device", False))
+
+    @property
+    def action_keys(self) -> list[Any]:
+        return self.env.action_keys
+
+    @property
+    def reward_keys(self) -> list[Any]:
+        return self.env.reward_keys
+
+    @property
+    def full_action_spec(self) -> Any:
+        return self.env.full_action_spec
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """The wrapped env's frame (its own key layout) with the step counts, and the
+        truncated flags when this wrapper adds them."""
+        frame = self.env.fake_tensordict()
+        count = torch.zeros((*self.batch_size, 1), dtype=torch.int64, device=self.device)
+        frame.set(keys.STEP_COUNT, count)
+        frame.set((keys.NEXT, keys.STEP_COUNT), count.clone())
+        if self.writes_truncated:
+            for key in (keys.TRUNCATED, (keys.NEXT, keys.TRUNCATED)):
+                frame.set(key, torch.zeros_like(frame.get(keys.DONE)))
+        return frame
 
     def _bind(self, carrier: TensorDictBase) -> None:
         self.env.bind(carrier)

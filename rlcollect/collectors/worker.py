@@ -22,10 +22,13 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.envs.non_tensor import non_tensor_keys
 from rlcollect.envs.worker_process import HEADER, OK, error_reply
 
 # Reply to COLLECT: frames in the batch, the policy version that produced it, and whether the
 # shared-memory handle follows (first batch only).
+# frames, policy version, whether a pickled `(shared batch handle or None, non-tensor entries
+# or None)` follows.
 BATCH_REPLY = struct.Struct("<qq?")
 SEED_REPLY = struct.Struct("<q")
 
@@ -47,6 +50,7 @@ class WorkerCommand(enum.IntEnum):
     STATS = 11
     CLOSE = 12
     TRAJECTORY_IDS = 13
+    PROFILE = 14
 
 
 def describe_command(message: bytes) -> str:
@@ -178,6 +182,7 @@ class CollectorServer:
             WorkerCommand.STOP: lambda *_: self.call(collector.async_shutdown, close_env=False),
             WorkerCommand.STATS: lambda *_: pickle.dumps(collector.stats()),
             WorkerCommand.TRAJECTORY_IDS: self.assign_trajectory_ids,
+            WorkerCommand.PROFILE: self.profile,
         }
 
     @staticmethod
@@ -203,20 +208,35 @@ class CollectorServer:
 
     def collect(self, _: int, __: bytes) -> bytes:
         """One batch, copied into the shared-memory batch (made on the first call); a
-        collector with a replay buffer extends it instead and only the count comes back."""
+        collector with a replay buffer extends it instead and only the count comes back.
+
+        Non-tensor entries (strings a TorchRL transform writes) cannot live in shared
+        memory: they travel pickled with the reply, as does the batch's handle, once."""
         batch = self.collector.next()
         version = int(getattr(self.collector, "policy_version", 0))
         if batch is None:
             return BATCH_REPLY.pack(self.collector.frames_per_batch, version, False)
+        extra_keys = non_tensor_keys(batch)
+        extras = {key: batch.get(key) for key in extra_keys} or None
+        tensors = batch.exclude(*extra_keys) if extra_keys else batch
         first = self.out is None
         if self.out is None:
-            self.out = batch.clone().share_memory_()
+            self.out = tensors.clone().share_memory_()
         else:
-            self.out.update_(batch)
-        reply = BATCH_REPLY.pack(batch.numel(), version, first)
-        if first:
-            reply += bytes(ForkingPickler.dumps(self.out))
+            self.out.update_(tensors)
+        with_payload = first or extras is not None
+        reply = BATCH_REPLY.pack(batch.numel(), version, with_payload)
+        if with_payload:
+            reply += bytes(ForkingPickler.dumps((self.out if first else None, extras)))
         return reply
+
+    def profile(self, _: int, payload: bytes) -> bytes:
+        """Start profiling with the pickled `ProfileConfig`, or stop with an empty payload."""
+        if payload:
+            self.collector.profile_with(pickle.loads(payload))
+        else:
+            self.collector.disable_profile()
+        return b""
 
     def update_weights(self, version: int, payload: bytes) -> bytes:
         timeout, scheme_payload = pickle.loads(payload)

@@ -68,6 +68,7 @@ class WorkerSlot:
     frames_per_batch: int = 0
     messages: deque[bytes] = field(default_factory=deque)  # sent, not answered yet, in order
     batch: TensorDictBase | None = None
+    extras: dict[Any, Any] | None = None  # the latest batch's non-tensor entries
     has_batch: bool = False
     frames: int = 0
     last_frames: int = 0
@@ -104,11 +105,26 @@ class WorkerSlot:
         self.deadline = deadline
         self.send(WorkerCommand.COLLECT)
 
+    def batch_with_extras(self) -> TensorDictBase:
+        """The worker's batch (shared memory) with its non-tensor entries, if any; the shared
+        batch itself is left as it is."""
+        if self.batch is None:
+            raise RuntimeError(f"worker {self.index} answered COLLECT without a batch.")
+        if not self.extras:
+            return self.batch
+        batch = self.batch.copy()
+        for key, value in self.extras.items():
+            batch.set(key, value)
+        return batch
+
     def take_batch(self, payload: bytes) -> None:
         """Record a COLLECT reply: the batch now waits in shared memory."""
-        frames, version, with_handle = BATCH_REPLY.unpack_from(payload)
-        if with_handle:
-            self.batch = pickle.loads(payload[BATCH_REPLY.size :])
+        frames, version, with_payload = BATCH_REPLY.unpack_from(payload)
+        self.extras = None
+        if with_payload:
+            handle, self.extras = pickle.loads(payload[BATCH_REPLY.size :])
+            if handle is not None:
+                self.batch = handle
         self.has_batch = True
         self.frames += frames
         self.last_frames = frames

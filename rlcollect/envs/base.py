@@ -35,6 +35,7 @@ from rlcollect.envs.specs import Composite, TensorSpec, spec_leaves
 from rlcollect.errors import MisuseError
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
+NestedKey = str | tuple[str, ...]
 
 
 class EnvBase:
@@ -85,9 +86,27 @@ class EnvBase:
         return [key for key, _ in spec_leaves(self.observation_spec)]
 
     @property
-    def done_keys(self) -> list[str]:
-        """The flag keys: `done`, `terminated`, `truncated`."""
+    def done_keys(self) -> list[NestedKey]:
+        """The flag keys: `done`, `terminated`, `truncated` (nested keys for envs, such as
+        TorchRL's, whose flags live under a sub-TensorDict or in several groups)."""
         return list(self.done_spec.keys())
+
+    @property
+    def action_keys(self) -> list[NestedKey]:
+        """Where the env reads its action(s): `["action"]` for our envs."""
+        return [keys.ACTION]
+
+    @property
+    def reward_keys(self) -> list[NestedKey]:
+        """Where the env writes its reward(s) under `"next"`: `["reward"]` for our envs."""
+        return [keys.REWARD]
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """The action spec(s) under their keys, as one Composite."""
+        spec = Composite(shape=self.batch_size, device=self.device)
+        spec[keys.ACTION] = self.action_spec
+        return spec
 
     @property
     def full_spec(self) -> Composite:

@@ -8,7 +8,15 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
+from rlcollect.envs.non_tensor import (
+    copy_non_tensor,
+    non_tensor_keys,
+    time_index,
+    write_non_tensor,
+)
 from rlcollect.envs.specs import Composite
+
+NestedKey = str | tuple[str, ...]
 
 
 def allocate_carrier(
@@ -46,13 +54,18 @@ class CarrierViews:
     the step results at `t` and the next root at `t + 1`.
     """
 
-    def __init__(self, carrier: TensorDictBase, done_keys: Sequence[str]) -> None:
+    def __init__(self, carrier: TensorDictBase, done_keys: Sequence[NestedKey]) -> None:
         self.carrier = carrier
         self.batch_ndim = carrier.batch_dims - 1
         self.done_keys = list(done_keys)
+        self._end_keys = end_flag_keys(self.done_keys)
         self._root_views: dict[int, TensorDictBase] = {}
         self._next_views: dict[int, TensorDictBase] = {}
         self._next = carrier.get(keys.NEXT)
+        # Non-tensor entries are not in the views (an index of them is a copy): they are read
+        # and written through the carrier itself.
+        self.root_extras = non_tensor_keys(carrier.exclude(keys.NEXT))
+        self.next_extras = non_tensor_keys(self._next)
 
     def root(self, t: int) -> TensorDictBase:
         """The root keys at time `t` (views into the carrier)."""
@@ -70,6 +83,13 @@ class CarrierViews:
             self._next_views[t] = view
         return view
 
+    def root_with_extras(self, t: int) -> TensorDictBase:
+        """A copy of the root at `t`, non-tensor entries included (what an env is handed)."""
+        request = self.root(t).exclude(keys.NEXT).clone()
+        for key in self.root_extras:
+            request.set(key, self.carrier.get(key)[time_index(self.batch_ndim, t)])
+        return request
+
     def write_root(self, t: int, values: TensorDictBase, mask: torch.Tensor | None = None) -> None:
         """Copy `values` into the root at `t`; with `mask`, only the selected sub-envs."""
         view = self.root(t)
@@ -77,26 +97,80 @@ class CarrierViews:
             if key == keys.RESET or key not in view.keys(include_nested=True):
                 continue
             write_masked(view.get(key), values.get(key), mask)
+        present = values.keys(include_nested=True)
+        for key in self.root_extras:
+            if key in present:
+                index = time_index(self.batch_ndim, t)
+                write_non_tensor(self.carrier, key, values.get(key), index, mask)
 
     def write_next(self, t: int, values: TensorDictBase) -> None:
         """Copy the step results `values` into `"next"` at `t`."""
         view = self.next(t)
+        present = values.keys(include_nested=True)
         for key in view.keys(include_nested=True, leaves_only=True):
-            if key in values.keys(include_nested=True):
+            if key in present:
                 view.get(key).copy_(values.get(key))
+        for key in self.next_extras:
+            if key in present:
+                write_non_tensor(self._next, key, values.get(key), time_index(self.batch_ndim, t))
 
-    def carry_observations(self, t: int, observation_keys: Sequence[tuple[str, ...]]) -> None:
-        """Root observations at `t + 1` = next observations at `t`; root flags cleared."""
+    def move_to_root(self, t: int, moved: Sequence[NestedKey]) -> None:
+        """Root `t + 1` = `"next"` at `t`, for the keys `moved`."""
         root, next_view = self.root(t + 1), self.next(t)
-        for key in observation_keys:
-            root.get(key).copy_(next_view.get(key))
+        extras = set(self.root_extras)
+        for key in moved:
+            if key in extras:
+                index = time_index(self.batch_ndim, t)
+                later = time_index(self.batch_ndim, t + 1)
+                copy_non_tensor(self._next, self.carrier, key, index, later)
+            else:
+                root.get(key).copy_(next_view.get(key))
+
+    def carry_observations(self, t: int, observation_keys: Sequence[NestedKey]) -> None:
+        """Root observations at `t + 1` = next observations at `t`; root flags cleared."""
+        self.move_to_root(t, [_plain(key) for key in observation_keys])
+        root = self.root(t + 1)
         for name in self.done_keys:
             root.get(name).zero_()
 
     def next_done(self, t: int) -> torch.Tensor:
-        """The `("next", "done")` flags at `t`, shaped as the env batch."""
-        done = self.next(t).get(keys.DONE)
-        return done.reshape(done.shape[: self.batch_ndim])
+        """Which sub-envs ended a trajectory at `t`, shaped as the env batch: `("next",
+        "done")`, or any `done` flag of any group when the env's flags are nested."""
+        view = self.next(t)
+        return end_of_trajectory([view.get(key) for key in self._end_keys], self.batch_ndim)
+
+
+def _plain(key: NestedKey) -> NestedKey:
+    """`("observation",)` -> `"observation"`: one spelling per key, to compare keys."""
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
+
+
+def end_flag_keys(done_keys: Sequence[NestedKey]) -> list[NestedKey]:
+    """The `done` flags among `done_keys`, one per group (`"done"`, `("agents", "done")`).
+
+    Raises:
+        ValueError: when no flag is named `done`.
+    """
+    found = [key for key in done_keys if (key if isinstance(key, str) else key[-1]) == keys.DONE]
+    if not found:
+        raise ValueError(
+            f"the env's done keys {list(done_keys)} have no 'done' flag; every group of flags "
+            "needs one (done = terminated or truncated)."
+        )
+    return found
+
+
+def end_of_trajectory(flags: Sequence[torch.Tensor], batch_ndim: int) -> torch.Tensor:
+    """OR of `flags` over every dim past the first `batch_ndim`: which batch elements ended a
+    trajectory. One flag of shape `[*batch, 1]` (the common case) costs a reshape."""
+    first = flags[0]
+    batch = first.shape[:batch_ndim]
+    if len(flags) == 1 and first.shape[batch_ndim:].numel() == 1:
+        return first.reshape(batch)
+    ended = torch.zeros(batch, dtype=torch.bool, device=first.device)
+    for flag in flags:
+        ended |= flag.reshape(*batch, -1).any(-1)
+    return ended
 
 
 def write_masked(target: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None) -> None:

@@ -44,8 +44,26 @@ class TorchRLEnv(EnvBase):
         return [key if isinstance(key, tuple) else (key,) for key in found]
 
     @property
-    def done_keys(self) -> list[str]:
+    def keeps_no_device(self) -> bool:
+        """Whether the TorchRL env has no device (`None`): it is then handed TensorDicts
+        without one, and its batches have none, as in TorchRL's collector."""
+        return self.env.device is None
+
+    @property
+    def done_keys(self) -> list[Any]:
         return list(self.env.done_keys)
+
+    @property
+    def action_keys(self) -> list[Any]:
+        return list(self.env.action_keys)
+
+    @property
+    def reward_keys(self) -> list[Any]:
+        return list(self.env.reward_keys)
+
+    @property
+    def full_action_spec(self) -> Any:
+        return self.env.full_action_spec
 
     def fake_tensordict(self) -> TensorDictBase:
         return self.env.fake_tensordict()
@@ -70,21 +88,43 @@ class TorchRLEnv(EnvBase):
         stale root (zeros at first) must not reach a TorchRL env as the state to reset to
         (envs with state keys, e.g. TorchRL's `PendulumEnv` and its `params`, honour it)."""
         views = self._carrier_views()
-        if mask is None:
-            result = self.env.reset()
-        else:
-            flags = mask.reshape((*self.batch_size, 1)).clone()
-            request = TensorDict(
-                {keys.RESET: flags}, batch_size=self.batch_size, device=self.env.device
-            )
-            result = self.env.reset(request)
+        result = self.env.reset() if mask is None else self.env.reset(self._reset_request(mask))
         views.write_root(t, result.exclude(keys.NEXT), mask)
+
+    def advance_into(self, t: int) -> None:
+        """Fill root `t + 1` as TorchRL's `step_and_maybe_reset` does: the next observations
+        and flags move to the root, then TorchRL decides which groups of flags reset (a
+        group's flags prevail over those nested under it) and merges the reset."""
+        views = self._carrier_views()
+        carried = [*(_plain(key) for key in self.observation_keys), *self.done_keys]
+        views.move_to_root(t, carried)
+        flags = views.root(t + 1).select(*self.done_keys).clone()
+        if not self.env.any_done(flags):  # writes the "_reset" flags it decided on
+            return
+        state = views.root_with_extras(t + 1).select(*carried)
+        for key in self.env.reset_keys:
+            if key in flags.keys(include_nested=True):
+                state.set(key, flags.get(key))
+        result = self.env.reset(state, select_reset_only=True)
+        views.write_root(t + 1, result.exclude(keys.NEXT))
+
+    def _reset_request(self, mask: torch.Tensor) -> TensorDictBase:
+        """The reset flags for the sub-envs in `mask`: one `"_reset"` per group of done flags
+        (`("data", "_reset")` for flags under `"data"`), shaped as that group's flags."""
+        env = self.env
+        request = TensorDict({}, batch_size=self.batch_size, device=env.device)
+        batch = mask.reshape(self.batch_size)
+        for reset_key, group in zip(env.reset_keys, env.done_keys_groups, strict=True):
+            shape = env.full_done_spec[group[0]].shape
+            flags = batch.reshape(*batch.shape, *([1] * (len(shape) - batch.ndim)))
+            request.set(reset_key, flags.expand(shape).clone())
+        return request
 
     def step_into(self, t: int) -> None:
         """Step with the root at `t`, and with what the policy already wrote under `"next"`
         (a recurrent state): TorchRL envs keep those entries, as in TorchRL's own collector."""
         views = self._carrier_views()
-        request = views.root(t).exclude(keys.NEXT).clone()
+        request = views.root_with_extras(t)
         if self._preset_keys:
             request.set(keys.NEXT, views.next(t).select(*self._preset_keys).clone())
         views.write_next(t, self.env.step(request).get(keys.NEXT))
@@ -111,47 +151,40 @@ class TorchRLEnv(EnvBase):
         super().close()
 
 
-def _root_key(key: Any) -> str | None:
-    """The key's name when it is at the root (`"done"` or `("done",)`), else None."""
-    if isinstance(key, str):
-        return key
-    return key[0] if len(key) == 1 else None
+def _plain(key: Any) -> Any:
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
 
 
 def refuse_unsupported_layouts(env: Any) -> None:
-    """Refuse, at construction, TorchRL envs whose keys the collector cannot write yet: an
-    action, reward or done flag that is not at the root (nested keys, several groups), and
-    heterogeneous (lazily stacked) specs. Better a clear error now than a crash mid-batch.
+    """Refuse, at construction, TorchRL envs with heterogeneous (lazily stacked) specs: the
+    collector preallocates one buffer for all sub-envs. Better a clear error now than a crash
+    mid-batch.
 
     Raises:
-        ValueError: naming the env's keys and what is supported.
+        ValueError: naming the stacked specs and what is supported.
     """
-    layout = {
-        "action_keys": list(env.action_keys),
-        "reward_keys": list(env.reward_keys),
-        "done_keys": list(env.done_keys),
-    }
-    nested = {
-        name: [key for key in found if _root_key(key) is None] for name, found in layout.items()
-    }
-    if any(nested.values()) or len(layout["action_keys"]) != 1 or len(layout["reward_keys"]) != 1:
-        raise ValueError(
-            f"{type(env).__name__} has action_keys={layout['action_keys']}, reward_keys="
-            f"{layout['reward_keys']}, done_keys={layout['done_keys']}: rlcollect collectors "
-            "support one root action, one root reward and root done flags so far; nested or "
-            "grouped keys (e.g. ('agents', 'action')) are not supported yet."
-        )
     stacked = [
-        name
+        key
         for name in ("full_observation_spec", "full_action_spec", "full_done_spec")
-        if "Stacked" in type(getattr(env, name)).__name__
+        for key in _stacked_keys(getattr(env, name))
     ]
     if stacked:
         raise ValueError(
-            f"{type(env).__name__} has heterogeneous (lazily stacked) specs ({stacked}): its "
+            f"{type(env).__name__} has heterogeneous (lazily stacked) specs at {stacked}: its "
             "sub-envs' entries differ in shape, and rlcollect preallocates one buffer for all "
             "of them. Use sub-envs with the same specs, or TorchRL's collector for this env."
         )
+
+
+def _stacked_keys(spec: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Where a TorchRL spec holds lazily stacked (heterogeneous) entries, at any depth."""
+    if "Stacked" in type(spec).__name__:
+        return [prefix]
+    found: list[tuple[str, ...]] = []
+    items = spec.items() if hasattr(spec, "items") else []
+    for name, child in items:
+        found += _stacked_keys(child, (*prefix, name))
+    return found
 
 
 def as_device(value: Any) -> torch.device:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from tensordict import TensorDictBase
 
@@ -210,7 +213,7 @@ def check_kept_sub_envs(
 
 
 def check_flags_cleared(
-    where: str, root: TensorDictBase, done_keys: list[str], mask: torch.Tensor
+    where: str, root: TensorDictBase, done_keys: Sequence[Any], mask: torch.Tensor
 ) -> None:
     """The flags of the reset sub-envs are all False."""
     for name in done_keys:

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.carrier import allocate_carrier
-from rlcollect.envs.specs import TensorSpec
+from rlcollect.envs.specs import TensorSpec, spec_leaves
 from rlcollect.errors import EnvContractError
 from rlcollect.testing.assertions import (
     Key,
@@ -27,7 +27,7 @@ Leaves = list[tuple[Key, TensorSpec]]
 def env_leaves(env: EnvBase) -> tuple[Leaves, Leaves]:
     """`(observation leaves, flag leaves)` of the env, keys as tuples."""
     observations: Leaves = list(env.observation_spec.leaves())
-    flags: Leaves = [((name,), env.done_spec[name]) for name in env.done_keys]
+    flags: Leaves = list(spec_leaves(env.done_spec))
     return observations, flags
 
 

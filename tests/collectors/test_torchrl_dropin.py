@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from tensordict import TensorDictBase
+from tensordict import NonTensorData, TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector
@@ -158,19 +160,250 @@ def test_policy_factory_and_no_op_options_are_accepted() -> None:
         Collector("CartPole-v1", greedy_module(), policy_factory=greedy_module, frames_per_batch=4)
 
 
-def test_nested_and_heterogeneous_torchrl_envs_are_refused_at_construction() -> None:
+def test_heterogeneous_torchrl_envs_are_refused_at_construction() -> None:
     mocks = pytest.importorskip("torchrl.testing.mocking_classes")
-    cases = [
-        (
-            lambda: mocks.NestedCountingEnv(
-                nest_obs_action=True, nest_done=True, nest_reward=True, batch_size=(2,)
-            ),
-            r"action_keys=\[\('data', 'action'\)\].*nested or grouped keys",
-        ),
-        (lambda: mocks.MultiKeyCountingEnv(batch_size=(2,)), r"one root action, one root reward"),
-        (lambda: mocks.HeterogeneousCountingEnv(batch_size=(2,)), r"\('lazy', 'action'\)"),
-    ]
-    for make, message in cases:
-        torchrl_collectors.Collector(make(), None, frames_per_batch=8, total_frames=8).shutdown()
-        with pytest.raises(ValueError, match=message):
-            Collector(make(), None, frames_per_batch=8)
+    # TorchRL yields lazily stacked batches for it; we preallocate one buffer, so we refuse it.
+    torchrl_collectors.Collector(
+        mocks.HeterogeneousCountingEnv(batch_size=(2,)), None, frames_per_batch=8, total_frames=8
+    ).shutdown()
+    with pytest.raises(
+        ValueError, match=r"heterogeneous \(lazily stacked\) specs at \[\('lazy',\)"
+    ):
+        Collector(mocks.HeterogeneousCountingEnv(batch_size=(2,)), None, frames_per_batch=8)
+
+
+@pytest.mark.slow
+def test_auto_register_policy_transforms_adds_the_init_flag_a_recurrent_policy_reads() -> None:
+    from tests.collectors.test_recurrent import lstm_policy
+
+    batches = []
+    for collector_class in (Collector, torchrl_collectors.Collector):
+        env = torchrl_envs.GymEnv("CartPole-v1")
+        env.set_seed(0)
+        policy, _ = lstm_policy()
+        collector = collector_class(
+            env,
+            policy,
+            frames_per_batch=40,
+            total_frames=80,
+            auto_register_policy_transforms=True,
+        )
+        batches.append(list(collector))
+        collector.shutdown()
+    ours, theirs = batches
+    assert any(bool(batch["next", "done"].any()) for batch in ours)
+    assert bool(ours[0]["is_init"][0].all())
+    assert_same_batches(ours, theirs)
+
+
+def test_a_policy_reading_a_missing_init_flag_names_auto_register_policy_transforms() -> None:
+    from tests.collectors.test_recurrent import lstm_policy
+
+    policy, _ = lstm_policy()
+    for value in (None, False):
+        with pytest.raises(ValueError, match=r"\['is_init'\].*auto_register_policy_transforms"):
+            Collector(
+                GymEnv("CartPole-v1"),
+                policy,
+                frames_per_batch=8,
+                auto_register_policy_transforms=value,
+            )
+    with pytest.raises(TypeError, match=r"auto_register_policy_transforms must be"):
+        Collector(
+            GymEnv("CartPole-v1"), policy, frames_per_batch=8, auto_register_policy_transforms="yes"
+        )
+
+
+def test_enable_profile_writes_a_trace_of_the_profiled_batches(tmp_path) -> None:
+    collector = Collector("CartPole-v1", None, frames_per_batch=16, total_frames=96)
+    path = tmp_path / "trace_{worker_idx}.json"
+    collector.enable_profile(num_rollouts=2, warmup_rollouts=1, save_path=path)
+    assert collector.profile_config is not None
+    iterator = iter(collector)
+    next(iterator)
+    assert not (tmp_path / "trace_0.json").exists()
+    next(iterator)
+    assert (tmp_path / "trace_0.json").stat().st_size > 0
+    assert collector.profile_config is None  # the session ended by itself
+    collector.disable_profile()  # a no-op now
+    with pytest.raises(ValueError, match=r"warmup_rollouts < num_rollouts"):
+        collector.enable_profile(num_rollouts=1, warmup_rollouts=1)
+    collector.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_enable_profile_profiles_the_chosen_workers_in_their_processes(
+    tmp_path, no_leftover_children: None
+) -> None:
+    from rlcollect import MultiSyncCollector
+
+    collector = MultiSyncCollector(
+        ["CartPole-v1", "CartPole-v1"], None, frames_per_batch=32, total_frames=128
+    )
+    with pytest.raises(ValueError, match=r"workers \[2\] that do not exist"):
+        collector.enable_profile(workers=[2])
+    collector.enable_profile(
+        workers=[1], num_rollouts=2, warmup_rollouts=0, save_path=tmp_path / "w{worker_idx}.json"
+    )
+    list(collector)
+    collector.shutdown()
+    assert [path.name for path in tmp_path.iterdir()] == ["w1.json"]
+
+
+class RejectsImpossibleObservations(torch.nn.Module):
+    """A greedy CartPole policy that refuses an all-zero observation, as a policy with an
+    action mask refuses a mask of all zeros."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if bool((observation == 0).all(-1).any()):
+            raise ValueError("an all-zero observation cannot come from this env")
+        return torch.nn.functional.one_hot((observation[..., 2] > 0).long(), 2)
+
+
+def test_the_policy_is_probed_on_the_envs_real_first_observation() -> None:
+    batches = []
+    for collector_class, env in (
+        (Collector, GymEnv("CartPole-v1")),
+        (torchrl_collectors.Collector, torchrl_envs.GymEnv("CartPole-v1")),
+    ):
+        env.set_seed(5)
+        policy = TensorDictModule(
+            RejectsImpossibleObservations(), in_keys=["observation"], out_keys=["action"]
+        )
+        collector = collector_class(env, policy, frames_per_batch=20, total_frames=40)
+        batches.append(list(collector))
+        collector.shutdown()
+    ours, theirs = batches
+    assert_same_batches(ours, theirs)
+    # The first batch starts from the observation the probe saw: one reset, not two.
+    env = GymEnv("CartPole-v1")
+    env.set_seed(5)
+    assert torch.equal(ours[0]["observation"][0], env.reset()["observation"])
+
+
+def test_an_env_without_a_device_gets_tensordicts_without_one() -> None:
+    mocks = pytest.importorskip("torchrl.testing.mocking_classes")
+    seen: list[tuple[str, object]] = []
+
+    class DevicelessCountingEnv(mocks.CountingEnv):
+        def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+            seen.append(("step", tensordict.device))
+            return super()._step(tensordict)
+
+        def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+            seen.append(("reset", None if tensordict is None else tensordict.device))
+            return super()._reset(tensordict, **kwargs)
+
+    def make_env() -> object:
+        return DevicelessCountingEnv(max_steps=3, batch_size=(2,), device=None)
+
+    policy = mocks.CountingEnvCountPolicy(make_env().full_action_spec["action"])
+    batches, devices = [], []
+    for collector_class in (Collector, torchrl_collectors.Collector):
+        seen.clear()
+        collector = collector_class(make_env(), policy, frames_per_batch=8, total_frames=16)
+        batches.append(list(collector))
+        collector.shutdown()
+        devices.append(set(seen))
+    assert devices[0] == devices[1] == {("step", None), ("reset", None)}
+    assert batches[0][0].device is None
+    assert_same_batches(*batches)
+
+
+def tagging_env(batched: bool) -> object:
+    """A TorchRL CartPole (two of them in a TorchRL SerialEnv when `batched`) whose transform
+    writes a string: "reset" at resets, "step <n>" at steps."""
+    from torchrl.data import NonTensor
+
+    class Tag(torchrl_envs.Transform):
+        def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+            steps = int(next_tensordict["observation"].abs().sum() * 1000)
+            next_tensordict.set("tag", NonTensorData(f"step {steps}"))
+            return next_tensordict
+
+        def _reset(self, tensordict: TensorDictBase, reset: TensorDictBase) -> TensorDictBase:
+            reset.set("tag", NonTensorData("reset"))
+            return reset
+
+        def transform_observation_spec(self, spec: object) -> object:
+            spec["tag"] = NonTensor(shape=spec.shape, example_data="x")  # type: ignore[index]
+            return spec
+
+    def cartpole() -> object:
+        return torchrl_envs.GymEnv("CartPole-v1")
+
+    base = torchrl_envs.SerialEnv(2, cartpole) if batched else cartpole()
+    env = torchrl_envs.TransformedEnv(base, Tag())
+    env.set_seed(1)
+    return env
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
+def test_non_tensor_entries_are_carried_as_in_torchrl(batched: bool) -> None:
+    from tests.collectors.test_torchrl_parity import greedy_module
+
+    batches = []
+    for collector_class in (Collector, torchrl_collectors.Collector):
+        collector = collector_class(
+            tagging_env(batched), greedy_module(), frames_per_batch=40, total_frames=160
+        )
+        batches.append(list(collector))
+        collector.shutdown()
+    ours, theirs = batches
+    assert_same_batches(ours, theirs)
+    differences = 0
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine["next", "tag"] == reference["next", "tag"]
+        started = _started(mine)
+        for position, (tag, their_tag) in enumerate(
+            zip(_flat(mine["tag"]), _flat(reference["tag"]), strict=True)
+        ):
+            if tag != their_tag:
+                # A documented difference: after a partial reset of a batched env, TorchRL keeps
+                # the pre-reset value when the entry was one value for every sub-env; we keep
+                # what the reset wrote for the sub-env that reset.
+                assert batched
+                assert tag == "reset"
+                assert started[position]
+                differences += 1
+    tags = [tag for batch in ours for tag in _flat(batch["tag"])]
+    assert tags.count("reset") >= 2  # a reset inside a batch, not only the first one
+    assert differences <= tags.count("reset")
+
+
+def _started(batch: TensorDictBase) -> list[bool]:
+    """Per frame (flattened like the tags), whether an episode started there."""
+    done = batch["next", "done"].squeeze(-1)
+    started = torch.zeros_like(done)
+    started[..., 1:] = done[..., :-1]
+    return started.flatten().tolist()
+
+
+def _flat(values: object) -> list:
+    return (
+        [item for value in values for item in _flat(value)]
+        if isinstance(values, list)
+        else [values]
+    )
+
+
+@pytest.mark.timeout(120)
+def test_non_tensor_entries_come_back_from_worker_processes(no_leftover_children: None) -> None:
+    from rlcollect import MultiAsyncCollector, MultiSyncCollector
+    from tests.collectors.test_torchrl_parity import greedy_module
+
+    make_env = functools.partial(tagging_env, False)
+    single = Collector(make_env(), greedy_module(), frames_per_batch=20, total_frames=40)
+    expected = [batch["tag"] for batch in single]
+    single.shutdown()
+    sync = MultiSyncCollector(
+        [make_env, make_env], greedy_module(), frames_per_batch=40, total_frames=80
+    )
+    for batch, tags in zip(sync, expected, strict=True):
+        assert batch["tag"] == [tags, tags]  # both workers: the same seeded env and policy
+    sync.shutdown()
+    asynchronous = MultiAsyncCollector(
+        [make_env], greedy_module(), frames_per_batch=20, total_frames=40
+    )
+    assert [batch["tag"] for batch in asynchronous] == expected
+    asynchronous.shutdown()

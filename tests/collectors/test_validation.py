@@ -45,7 +45,9 @@ def test_replay_buffer_needs_extend() -> None:
 
 def test_policy_without_action_names_its_outputs() -> None:
     policy = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])
-    with pytest.raises(ValueError, match=r"must write 'action'.*\['logits'\]"):
+    with pytest.raises(
+        ValueError, match=r"must write the env's action key\(s\) \['action'\].*\['logits'\]"
+    ):
         Collector("CartPole-v1", policy, frames_per_batch=10)
 
 
