@@ -38,6 +38,11 @@ Policy = Callable[[TensorDictBase], TensorDictBase]
 NestedKey = str | tuple[str, ...]
 
 
+def _plain(key: tuple[str, ...]) -> NestedKey:
+    """`("done",)` -> `"done"`: root keys as strings, nested ones as tuples (TorchRL's way)."""
+    return key[0] if len(key) == 1 else key
+
+
 class EnvBase:
     """Base class of every rlcollect env; see the module docstring for the two faces.
 
@@ -89,7 +94,7 @@ class EnvBase:
     def done_keys(self) -> list[NestedKey]:
         """The flag keys: `done`, `terminated`, `truncated` (nested keys for envs, such as
         TorchRL's, whose flags live under a sub-TensorDict or in several groups)."""
-        return list(self.done_spec.keys())
+        return [_plain(key) for key, _ in spec_leaves(self.done_spec)]
 
     @property
     def action_keys(self) -> list[NestedKey]:

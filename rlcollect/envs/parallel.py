@@ -104,6 +104,11 @@ class ParallelEnv(EnvBase):
         super().__init__(batch_size=(num_workers, *description["batch_size"]))
         for name in ("observation_spec", "action_spec", "reward_spec", "done_spec"):
             setattr(self, name, batch_spec(description[name], num_workers))
+        self._action_keys = description["action_keys"]
+        self._reward_keys = description["reward_keys"]
+        self._full_action_spec = batch_spec(description["full_action_spec"], num_workers)
+        frame = description["frame"]
+        self._frame = frame.unsqueeze(0).expand(num_workers, *frame.batch_size).clone()
         self._sub_batch = description["batch_size"]
         self._handles = tuple(self._workers)
 
@@ -118,6 +123,23 @@ class ParallelEnv(EnvBase):
         return descriptions[0]
 
     @property
+    def action_keys(self) -> list[Any]:
+        return list(self._action_keys)
+
+    @property
+    def reward_keys(self) -> list[Any]:
+        return list(self._reward_keys)
+
+    @property
+    def full_action_spec(self) -> Any:
+        return self._full_action_spec
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled frame of the workers' sub-envs, stacked (nested keys kept as the
+        sub-envs lay them out)."""
+        return self._frame.clone()
+
+    @property
     def worker_pids(self) -> list[int]:
         """The process ids of the workers (empty once closed)."""
         return [worker.process.pid for worker in self._workers]  # type: ignore[misc]
@@ -130,7 +152,7 @@ class ParallelEnv(EnvBase):
                 f"ParallelEnv needs a CPU carrier to share with its workers; got one on "
                 f"{carrier.device}. Keep env_device='cpu' and set storing_device instead."
             )
-        env_part = carrier.select(*self.full_spec.keys(include_nested=True, leaves_only=True))
+        env_part = carrier.select(*self._frame.keys(include_nested=True, leaves_only=True))
         for tensor in env_part.values(include_nested=True, leaves_only=True):
             tensor.share_memory_()
         messages = [
@@ -211,10 +233,21 @@ class ParallelEnv(EnvBase):
 
 def check_same_descriptions(descriptions: list[dict[str, Any]]) -> None:
     """Raise a ValueError when a worker's sub-env differs from worker 0's in batch or specs."""
-    reference = descriptions[0]
-    for index, description in enumerate(descriptions[1:], start=1):
+    reference = _comparable(descriptions[0])
+    for index, full in enumerate(descriptions[1:], start=1):
+        description = _comparable(full)
         if description != reference:
             raise ValueError(
                 f"the sub-env of worker {index} ({description}) differs from worker 0's "
                 f"({reference}); all sub-envs of a ParallelEnv must have the same batch and specs."
             )
+
+
+def _comparable(description: dict[str, Any]) -> dict[str, Any]:
+    """A description with its frame as `{key: (shape, dtype)}`, so that `==` compares it."""
+    frame = description["frame"]
+    layout = {
+        key: (tuple(value.shape), value.dtype)
+        for key, value in frame.items(include_nested=True, leaves_only=True)
+    }
+    return {**description, "frame": layout}

@@ -68,7 +68,7 @@ def run_worker(index: int, connection: Connection, factory_bytes: bytes) -> None
 
 
 def describe(env: EnvBase) -> dict[str, Any]:
-    """What the parent needs to know of the sub-env: batch size, device and specs."""
+    """What the parent needs to know of the sub-env: batch size, device, specs and keys."""
     return {
         "batch_size": env.batch_size,
         "device": env.device,
@@ -76,6 +76,12 @@ def describe(env: EnvBase) -> dict[str, Any]:
         "action_spec": env.action_spec,
         "reward_spec": env.reward_spec,
         "done_spec": env.done_spec,
+        # Where actions, rewards and flags live (nested for some TorchRL envs), and one frame
+        # with every key: the parent's carrier is made of it.
+        "action_keys": list(env.action_keys),
+        "reward_keys": list(env.reward_keys),
+        "full_action_spec": env.full_action_spec,
+        "frame": env.fake_tensordict(),
     }
 
 

@@ -176,6 +176,22 @@ class SerialEnv(EnvBase):
         self.done_spec = batch_spec(first.done_spec, num_workers)
         self._fused_steps = [env.step_and_advance_into for env in self.envs]
 
+    @property
+    def action_keys(self) -> list[Any]:
+        return list(self.envs[0].action_keys)
+
+    @property
+    def reward_keys(self) -> list[Any]:
+        return list(self.envs[0].reward_keys)
+
+    @property
+    def full_action_spec(self) -> Any:
+        return batch_spec(self.envs[0].full_action_spec, self.num_workers)
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """The sub-envs' frames, stacked (nested keys kept as the sub-envs lay them out)."""
+        return torch.stack([env.fake_tensordict() for env in self.envs], 0)
+
     # --- buffer face --------------------------------------------------------------------------
 
     def _bind(self, carrier: TensorDictBase) -> None:

@@ -8,6 +8,7 @@ several groups at once (`MultiKeyCountingEnv`). Our collector reads the env's `a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -231,3 +232,37 @@ def test_multi_process_workers_collect_nested_keys(no_leftover_children: None) -
         torch.cat(per_worker[:2]).unique()
     )  # the two workers' ids never collide
     assert len(ids) >= 8
+
+
+def nested_env_for_workers(start_val: int = 0) -> Any:
+    return mocks.NestedCountingEnv(max_steps=3, start_val=start_val)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("batched_env", ["serial", "parallel"])
+def test_nested_keys_in_our_batched_envs_give_torchrls_batches(
+    batched_env: str, no_leftover_children: None
+) -> None:
+    from rlcollect.envs import ParallelEnv, SerialEnv
+
+    torchrl_envs = pytest.importorskip("torchrl.envs")
+    ours_class = SerialEnv if batched_env == "serial" else ParallelEnv
+    # Sub-envs a step apart: they end at different steps, so resets are partial.
+    makers = [nested_env_for_workers, functools.partial(nested_env_for_workers, 1)]
+    ours_env = ours_class(2, makers)
+    theirs_env = torchrl_envs.SerialEnv(2, makers)
+    assert ours_env.action_keys == [("data", "action")]
+    assert ours_env.done_keys == [("data", "done"), ("data", "terminated")]
+    batches = []
+    for collector_class, env in ((Collector, ours_env), (torchrl_collectors.Collector, theirs_env)):
+        collector = collector_class(
+            env,
+            counting_policy(theirs_env),
+            frames_per_batch=FRAMES_PER_BATCH,
+            total_frames=TOTAL_FRAMES,
+        )
+        batches.append(list(collector))
+        collector.shutdown()
+    assert_same_batches(*batches)
+    done = torch.cat([batch["next", "data", "done"][..., 0, 0] for batch in batches[0]], -1)
+    assert bool((done[0] != done[1]).any())  # partial resets happened
