@@ -93,6 +93,8 @@ class CarrierLayout:
     state_keys: list[tuple[str, ...]] = field(default_factory=list)
     done_keys: list[NestedKey] = field(default_factory=lambda: list(keys.DONE_KEYS))
     reward_keys: list[NestedKey] = field(default_factory=lambda: [keys.REWARD])
+    # Whether a truncated flag alone ends a trajectory (a soft horizon: truncated, not done).
+    cut_on_truncated: bool = False
     batch_view: TensorDictBase = field(init=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +114,15 @@ class CarrierLayout:
             if _last_name(key) == keys.TRUNCATED and key in present
         ]
         self._rewards = [next_td.get(key) for key in self.reward_keys]
+        self._terminations = [
+            next_td.get(key)
+            for key in self.done_keys
+            if _last_name(key) == keys.TERMINATED and key in present
+        ]
+        # What ends a trajectory (new id, an episode counted): done, and a soft horizon's cut.
+        self._cuts = list(self._ends)
+        if self.cut_on_truncated:
+            self._cuts += [truncated for truncated, _ in self._truncations]
         # Non-tensor entries (e.g. strings a TorchRL transform writes) are copied through the
         # carrier at an index; the batch view holds stale copies of them, refreshed per batch.
         self._extras = non_tensor_keys(self.carrier)
@@ -137,6 +148,7 @@ class CarrierLayout:
         steps: int,
         devices: DeviceSplit,
         track_version: bool,
+        cut_on_truncated: bool = False,
     ) -> CarrierLayout:
         """Allocate the carrier, with the env reset into its slot T (where a batch starts
         from: the first batch carries it over as any later one does).
@@ -177,6 +189,7 @@ class CarrierLayout:
             state_keys,
             list(env.done_keys),
             list(env.reward_keys),
+            cut_on_truncated,
         )
 
     def adopt(self, storage: TensorDictBase) -> CarrierLayout:
@@ -222,6 +235,7 @@ class CarrierLayout:
             self.state_keys,
             self.done_keys,
             self.reward_keys,
+            self.cut_on_truncated,
         )
         layout.carry_from(self)
         return layout
@@ -246,7 +260,7 @@ class CarrierLayout:
 
     def _ended_in_batch(self) -> torch.Tensor:
         """`[n, T]`: which steps of the batch just collected ended a trajectory."""
-        flags = [flag.narrow(self.time_dim, 0, self.steps) for flag in self._ends]
+        flags = [flag.narrow(self.time_dim, 0, self.steps) for flag in self._cuts]
         ended = end_of_trajectory(flags, self.time_dim + 1)
         return ended.reshape(self.env_numel, self.steps)
 
@@ -325,6 +339,16 @@ class CarrierLayout:
         for truncated, done in self._truncations:
             self._at(truncated, self.steps - 1).fill_(True)
             self._at(done, self.steps - 1).fill_(True)
+
+    def clear_done_flags(self) -> None:
+        """`no_done_at_end`: in the batch just collected, every episode end keeps only its
+        `truncated` mark; `done` and `terminated` stay False."""
+        for truncated, done in self._truncations:
+            steps = done.narrow(self.time_dim, 0, self.steps)
+            truncated.narrow(self.time_dim, 0, self.steps).logical_or_(steps)
+            steps.zero_()
+        for terminated in self._terminations:
+            terminated.narrow(self.time_dim, 0, self.steps).zero_()
 
     def record_episodes(self, episodes: EpisodeTracker) -> None:
         """Account the returns of the episodes the env finished in the batch just collected.

@@ -17,6 +17,12 @@ from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
+from rlcollect.collectors.episodes import (
+    EpisodeAssembler,
+    EpisodeMode,
+    refuse_with_whole_episodes,
+)
+from rlcollect.collectors.horizons import Horizon
 from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import (
     BatchOptions,
@@ -29,6 +35,7 @@ from rlcollect.collectors.policy_transforms import register_policy_transforms
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
+from rlcollect.envs.carrier import end_flag_keys
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
@@ -159,6 +166,12 @@ class Collector(BatchIteration):
         use_buffers: bool | None = None,
         trust_policy: bool | None = None,
         auto_register_policy_transforms: bool | None = None,
+        batch_mode: str | None = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
+        trajs_per_write: int | None = None,
+        soft_horizon: bool = False,
+        no_done_at_end: bool = False,
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -206,10 +219,35 @@ class Collector(BatchIteration):
         )
         # The policy reads the env's own observations, not the step count added below.
         observation_keys = self.env.observation_keys
+        self.horizon = Horizon.validate(
+            soft_horizon=soft_horizon,
+            no_done_at_end=no_done_at_end,
+            max_frames_per_traj=max_frames_per_traj,
+            env=self.env,
+        )
         if max_frames_per_traj is not None:
-            self.env = StepLimit(self.env, max_frames_per_traj)
+            self.env = StepLimit(self.env, max_frames_per_traj, soft=soft_horizon)
         if set_truncated:
             require_truncated_flag(self.env, "set_truncated=True")
+        if no_done_at_end:
+            require_truncated_flag(self.env, "no_done_at_end=True")
+        episode_mode = EpisodeMode.validate(
+            batch_mode=batch_mode,
+            trajs_per_batch=trajs_per_batch,
+            traj_format=traj_format,
+            trajs_per_write=trajs_per_write,
+            frames_per_batch=frames_per_batch,
+            has_buffer=replay_buffer is not None,
+        )
+        refuse_with_whole_episodes(
+            episode_mode,
+            return_same_td=return_same_td,
+            reset_at_each_iter=reset_at_each_iter,
+            set_truncated=set_truncated,
+            split_trajs=split_trajs,
+            soft_horizon=soft_horizon,
+            no_done_at_end=no_done_at_end,
+        )
         self.options = options
         self.worker_idx = worker_idx
         self.exploration_type = exploration_type
@@ -231,7 +269,17 @@ class Collector(BatchIteration):
         action_keys = list(self.env.action_keys)
         self.policy = PolicyHolder(policy, observation_keys, self.devices.policy, action_keys)
         self.layout = CarrierLayout.build(
-            self.env, self.policy, self.steps_per_batch, self.devices, track_policy_version
+            self.env,
+            self.policy,
+            self.steps_per_batch,
+            self.devices,
+            track_policy_version,
+            cut_on_truncated=soft_horizon,
+        )
+        self._whole_episodes = (
+            None
+            if episode_mode is None
+            else EpisodeAssembler(episode_mode, end_flag_keys(self.env.done_keys))
         )
         if self.policy.module is not None and len(action_keys) == 1:
             warn_if_action_misfits(
@@ -275,17 +323,7 @@ class Collector(BatchIteration):
             self._pre_collect_hook()
         self._poll_weight_schemes()
         env, layout = self.env, self.layout
-        env.bind(layout.carrier)
-        if self._needs_reset or self.options.reset_at_each_iter:
-            env.reset_into(0)
-            layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
-            self._episodes.restart()
-            self._needs_reset = False
-        else:
-            layout.carry_over()
-            if self._unstarted:
-                layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
-        self._unstarted = False
+        self._begin_batch()
         random_phase = self.frames < self.init_random_frames
         policy_step = self._random_step if random_phase else self._policy_step
         env_step = layout.env_step(env)
@@ -301,22 +339,53 @@ class Collector(BatchIteration):
             # the next batch with a transition that never happened. Reset instead.
             self._needs_reset = True
             raise
-        layout.record_episodes(self._episodes)
-        if self.set_truncated:
-            layout.truncate_last_step()
-        layout.finish_batch(self._trajectories, self.policy.version)
+        self._end_batch()
         self.frames += self.frames_per_batch
         self.iterations += 1
         if self._profiler is not None:
             self._profiler.step()
 
+    def _begin_batch(self) -> None:
+        """Bind the carrier; start from a reset, or carry the last batch's end over."""
+        env, layout = self.env, self.layout
+        env.bind(layout.carrier)
+        if self._needs_reset or self.options.reset_at_each_iter:
+            env.reset_into(0)
+            layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
+            self._episodes.restart()
+            self._needs_reset = False
+            if self._whole_episodes is not None:
+                self._whole_episodes.drop_running()  # cut by the reset: they never end
+        else:
+            layout.carry_over()
+            if self._unstarted:
+                layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
+        self._unstarted = False
+
+    def _end_batch(self) -> None:
+        """Account the batch just collected: episode returns, flags, trajectory ids."""
+        layout = self.layout
+        layout.record_episodes(self._episodes)
+        if self.set_truncated:
+            layout.truncate_last_step()
+        layout.finish_batch(self._trajectories, self.policy.version)
+        if self.horizon.no_done_at_end:
+            layout.clear_done_flags()
+
     def _deliver(self) -> TensorDictBase:
+        return self._process(self._raw_batch())
+
+    def _raw_batch(self) -> TensorDictBase:
+        """The batch just collected, as stored (a copy, unless `return_same_td`)."""
         batch = self.layout.batch_view
         if self.devices.storing_crosses:
             batch = batch.to(self.devices.storing)
         elif not self.options.return_same_td:
             batch = batch.clone()
-        batch = self.layout.with_extras(batch)
+        return self.layout.with_extras(batch)
+
+    def _process(self, batch: TensorDictBase) -> TensorDictBase:
+        """`batch` through the pipeline (split_trajs, postproc, private keys, hooks)."""
         for process in self.options.pipeline:
             batch = process(batch)
         return batch
@@ -336,6 +405,11 @@ class Collector(BatchIteration):
                 shape or dtype.
         """
         self._check_idle("collect_rollout()")
+        if self._whole_episodes is not None:
+            raise MisuseError(
+                "collect_rollout() fills a fixed [N, T + 1] rollout; it cannot hold batches "
+                "of whole episodes (batch_mode / trajs_per_batch)."
+            )
         if self.is_done:
             raise StopIteration
         own = self.layout
@@ -371,7 +445,12 @@ class Collector(BatchIteration):
             return False
         self._collect(stop)
         try:
-            self.options.replay_buffer.extend(self._deliver())
+            if self._whole_episodes is None:
+                self.options.replay_buffer.extend(self._deliver())
+            else:
+                self._whole_episodes.add(self._raw_batch())
+                for run in self._whole_episodes.take_writes():
+                    self.options.replay_buffer.extend(self._process(run))
         except BaseException:
             # Not stored, so not counted; the next batch starts a new trajectory from a reset
             # rather than leaving a hole inside one.
@@ -380,6 +459,28 @@ class Collector(BatchIteration):
             self._needs_reset = True
             raise
         return not self.is_done
+
+    @property
+    def _frames_reached(self) -> bool:
+        return 0 < self.total_frames <= self.frames
+
+    @property
+    def is_done(self) -> bool:
+        """Whether `total_frames` have been collected (and, with whole episodes, no whole
+        batch of them is left to yield)."""
+        if not self._frames_reached:
+            return False
+        assembler = self._whole_episodes
+        no_batch_left = assembler is None or not assembler.has_batch()
+        return no_batch_left or self.options.replay_buffer is not None
+
+    def __len__(self) -> int:
+        if self._whole_episodes is not None:
+            raise TypeError(
+                "a collector of whole episodes has no length: how many batches it yields "
+                "depends on how long the episodes last."
+            )
+        return super().__len__()
 
     def _check_idle(self, action: str) -> None:
         if self._background.is_busy:
@@ -402,8 +503,16 @@ class Collector(BatchIteration):
         if self.options.replay_buffer is not None:
             self._collect_into_buffer()
             return None
-        self._collect()
-        return self._deliver()
+        assembler = self._whole_episodes
+        if assembler is None:
+            self._collect()
+            return self._deliver()
+        while not assembler.has_batch():
+            if self._frames_reached:
+                raise StopIteration  # what still runs is incomplete
+            self._collect()
+            assembler.add(self._raw_batch())
+        return self._process(assembler.take_batch())
 
     # --- background collection ------------------------------------------------------------------
 

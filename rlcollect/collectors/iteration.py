@@ -33,7 +33,11 @@ class BatchIteration:
 
     def __iter__(self) -> Iterator[TensorDictBase | None]:
         while not self.is_done:
-            yield self.next()
+            try:
+                batch = self.next()
+            except StopIteration:  # e.g. whole episodes: total_frames ran out mid-episode
+                return
+            yield batch
 
     def __len__(self) -> int:
         if self.total_frames <= 0:

@@ -123,6 +123,7 @@ class MultiCollectorBase(BatchIteration):
                     f"got {factory!r}."
                 )
         check_options(collector_class, collector_options)
+        self._options_given = dict(collector_options)
         self.options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
@@ -466,6 +467,16 @@ class MultiCollectorBase(BatchIteration):
             (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
             seed = SEED_REPLY.unpack(reply)[0]
         return seed
+
+    def __len__(self) -> int:
+        if self._options_given.get("trajs_per_batch") is not None or (
+            self._options_given.get("batch_mode") == "complete_episodes"
+        ):
+            raise TypeError(
+                "a collector of whole episodes has no length: how many batches it yields "
+                "depends on how long the episodes last."
+            )
+        return super().__len__()
 
     def enable_profile(self, *, workers: Sequence[int] | None = None, **options: Any) -> None:
         """Profile the next batches of `workers` (default `[0]`) in their own processes, as

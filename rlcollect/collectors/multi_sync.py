@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, pad
 
+from rlcollect import keys
 from rlcollect.collectors.multi import MultiCollectorBase
 from rlcollect.collectors.worker import WorkerCommand
 
@@ -28,6 +29,30 @@ def gather_batches(batches: Sequence[TensorDictBase], cat_results: CatResults) -
             f"cat_results={cat_results!r} cannot gather worker batches of shapes {shapes}; "
             "'stack' needs equal shapes, 0 equal time lengths, -1 equal env batches."
         ) from err
+
+
+def episode_layout(options: dict[str, Any]) -> str | None:
+    """How the workers' batches of whole episodes are laid out ("cat" or "padded"), or None
+    for fixed-size batches."""
+    if options.get("trajs_per_batch") is not None:
+        return str(options.get("traj_format") or "padded")
+    if options.get("batch_mode") == "complete_episodes":
+        return "cat"
+    return None
+
+
+def gather_episodes(batches: Sequence[TensorDictBase], layout: str) -> TensorDictBase:
+    """The workers' batches of whole episodes as one: flat ones concatenated along time,
+    padded ones (`[N, L_w]`) padded to the longest and concatenated along trajectories."""
+    if layout == "cat":
+        flat = cast(TensorDictBase, torch.cat(list(batches), 0))  # type: ignore[arg-type]
+        flat.refine_names(keys.TIME_DIM_NAME)
+        return flat
+    longest = max(batch.shape[-1] for batch in batches)
+    padded = [pad(batch, [0, 0, 0, longest - batch.shape[-1]]) for batch in batches]
+    gathered = cast(TensorDictBase, torch.cat(padded, 0))  # type: ignore[arg-type]
+    gathered.refine_names(None, keys.TIME_DIM_NAME)
+    return gathered
 
 
 class MultiSyncCollector(MultiCollectorBase):
@@ -97,6 +122,7 @@ class MultiSyncCollector(MultiCollectorBase):
                 f"{list(frames)}. Use cat_results=-1 to concatenate along time."
             )
         self.cat_results = cat_results
+        self._episode_layout = episode_layout(options)
         super().__init__(create_env_fn, policy, **options)
 
     def next(self) -> TensorDictBase | None:
@@ -120,5 +146,9 @@ class MultiSyncCollector(MultiCollectorBase):
             self._buffer_frames += sum(slot.last_frames for slot in slots)
             return None  # the workers wrote the batch, and counted it
         self._frames += sum(slot.last_frames for slot in slots)
-        batch = gather_batches([slot.batch_with_extras() for slot in slots], self.cat_results)
+        batches = [slot.batch_with_extras() for slot in slots]
+        if self._episode_layout is None:
+            batch = gather_batches(batches, self.cat_results)
+        else:
+            batch = gather_episodes(batches, self._episode_layout)
         return self._finish(batch)

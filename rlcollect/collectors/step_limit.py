@@ -48,10 +48,11 @@ class StepLimit(EnvBase):
     """Counts steps per sub-env and truncates a trajectory after `max_steps` steps.
 
     Semantics follow TorchRL's `StepCounter`: the root `step_count` is 0 after a reset, the
-    `("next", "step_count")` of the first step is 1.
+    `("next", "step_count")` of the first step is 1. With `soft=True` (RLlib's soft horizon)
+    the limit sets `truncated` but not `done`: the env goes on, and the count starts again.
     """
 
-    def __init__(self, env: EnvBase, max_steps: int) -> None:
+    def __init__(self, env: EnvBase, max_steps: int, soft: bool = False) -> None:
         if keys.STEP_COUNT in env.observation_spec:
             raise ValueError(
                 "max_frames_per_traj is set but the env already counts steps (it has a "
@@ -70,6 +71,8 @@ class StepLimit(EnvBase):
         super().__init__(env.batch_size, env.device)
         self.env = env
         self.max_steps = max_steps
+        # A soft horizon (RLlib's): truncated at the limit, but not done, so no reset.
+        self.soft = soft
         # A spec of ours whatever the env's (a TorchRL env keeps TorchRL specs).
         self.observation_spec = Composite(shape=env.batch_size, device=env.device)
         for key, leaf in spec_leaves(env.observation_spec):
@@ -149,13 +152,16 @@ class StepLimit(EnvBase):
             torch.ge(count, self.max_steps, out=truncated)
         else:
             truncated.logical_or_(count >= self.max_steps)
-        self._at(self._next_done, t).logical_or_(truncated)
+        if not self.soft:
+            self._at(self._next_done, t).logical_or_(truncated)
 
     def advance_into(self, t: int) -> None:
         self._at(self._root_count, t + 1).copy_(self._at(self._next_count, t))
         self.env.advance_into(t)
-        done = self._at(self._next_done, t)
-        self._at(self._root_count, t + 1).masked_fill_(done, 0)
+        restart = self._at(self._next_done, t)
+        if self.soft:  # a new (logical) episode starts at the horizon, without a reset
+            restart = restart | (self._at(self._next_count, t) >= self.max_steps)
+        self._at(self._root_count, t + 1).masked_fill_(restart, 0)
 
     def set_seed(self, seed: int) -> int:
         return self.env.set_seed(seed)

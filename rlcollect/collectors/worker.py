@@ -92,7 +92,7 @@ class WorkerSpec:
             kwargs["replay_buffer"] = CountingBuffer(
                 self.shared["replay_buffer"], self.shared["frames_written"], self.index
             )
-        elif _is_single_collector(self.collector_class):
+        elif _is_single_collector(self.collector_class) and not _whole_episodes(kwargs):
             kwargs.setdefault("return_same_td", True)  # the worker copies it to shared memory
         collector = self.collector_class(
             self.create_env_fn,
@@ -130,6 +130,15 @@ class CountingBuffer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def _whole_episodes(options: dict[str, Any]) -> bool:
+    """Whether the collector yields whole episodes (kept across batches, so never the same
+    TensorDict twice)."""
+    return (
+        options.get("trajs_per_batch") is not None
+        or options.get("batch_mode") == "complete_episodes"
+    )
 
 
 def _is_single_collector(collector_class: Any) -> bool:
@@ -219,8 +228,9 @@ class CollectorServer:
         extra_keys = non_tensor_keys(batch)
         extras = {key: batch.get(key) for key in extra_keys} or None
         tensors = batch.exclude(*extra_keys) if extra_keys else batch
-        first = self.out is None
-        if self.out is None:
+        # A new shared batch when the shape changes (batches of whole episodes vary).
+        first = self.out is None or self.out.batch_size != tensors.batch_size
+        if self.out is None or first:
             self.out = tensors.clone().share_memory_()
         else:
             self.out.update_(tensors)
