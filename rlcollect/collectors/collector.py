@@ -115,6 +115,15 @@ class Collector(BatchIteration):
             policy reads `"is_init"` and the env does not write it (a recurrent policy); no
             state primer is needed, the collector carries the state. None or False leave the
             env as it is, and a policy missing its flag is refused at construction.
+        batch_mode: RLlib's "truncate_episodes" (default: fixed-size batches) or
+            "complete_episodes": batches of whole episodes, at least `frames_per_batch`
+            frames, flat `[frames]` (see `collectors/episodes.py` for the layout).
+        trajs_per_batch, traj_format, trajs_per_write: TorchRL's batches of exactly N whole
+            episodes, "padded" (`[N, max_len]` with a mask) or "cat" (flat), and, with a
+            replay buffer, the episodes written per extend.
+        soft_horizon: with `max_frames_per_traj` (RLlib's horizon), cut trajectories there
+            (truncated, new id) without a reset or a done.
+        no_done_at_end: never write done (nor terminated); episode ends keep `truncated`.
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
