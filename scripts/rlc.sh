@@ -29,7 +29,7 @@ job=${1:-}
 [ $# -gt 0 ] && shift
 case "$job" in
   train) setup examples; exec "$VENV/bin/python" examples/ppo.py "$@" ;;
-  test) setup test,examples; exec "$VENV/bin/python" -m pytest "$@" ;;
+  test) setup test,examples,pettingzoo; exec "$VENV/bin/python" -m pytest "$@" ;;
   bench)
     setup bench,examples
     for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/multi_collectors.py \

@@ -22,7 +22,6 @@ from rlcollect.collectors.episodes import (
     EpisodeMode,
     refuse_with_whole_episodes,
 )
-from rlcollect.collectors.horizons import Horizon
 from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import (
     BatchOptions,
@@ -34,6 +33,7 @@ from rlcollect.collectors.policy import warn_if_action_misfits
 from rlcollect.collectors.policy_transforms import register_policy_transforms
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.collectors.rllib_sampling import Horizon, frames_per_env_step
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.envs.carrier import end_flag_keys
 from rlcollect.envs.factory import make_env
@@ -124,6 +124,9 @@ class Collector(BatchIteration):
         soft_horizon: with `max_frames_per_traj` (RLlib's horizon), cut trajectories there
             (truncated, new id) without a reset or a done.
         no_done_at_end: never write done (nor terminated); episode ends keep `truncated`.
+        count_steps_by: what `frames_per_batch`, `total_frames` and `frames` count: "env_steps"
+            or "agent_steps" (RLlib's: with 3 agents acting at every step, 300 agent steps
+            are 100 env steps).
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
@@ -181,6 +184,7 @@ class Collector(BatchIteration):
         trajs_per_write: int | None = None,
         soft_horizon: bool = False,
         no_done_at_end: bool = False,
+        count_steps_by: str = "env_steps",
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -263,13 +267,16 @@ class Collector(BatchIteration):
         self.set_truncated = set_truncated
         self.track_policy_version = track_policy_version
 
-        batch_numel = max(1, math.prod(self.env.batch_size))
+        # A frame is an env step, or (count_steps_by="agent_steps") an agent's step.
+        self.frames_per_step = frames_per_env_step(self.env, count_steps_by)
+        batch_numel = max(1, math.prod(self.env.batch_size)) * self.frames_per_step
         self.steps_per_batch = -(-frames_per_batch // batch_numel)
         self.frames_per_batch = self.steps_per_batch * batch_numel
         if self.frames_per_batch != frames_per_batch:
             warnings.warn(
                 f"frames_per_batch={frames_per_batch} is not a multiple of the env batch "
-                f"{batch_numel}; collecting {self.frames_per_batch} frames per batch.",
+                f"{batch_numel}{' (sub-envs x agents)' if self.frames_per_step > 1 else ''}; "
+                f"collecting {self.frames_per_batch} frames per batch.",
                 stacklevel=2,
             )
         self.total_frames = self._round_total("total_frames", total_frames)

@@ -107,6 +107,10 @@ class StepLimit(EnvBase):
         return self.env.reward_keys
 
     @property
+    def agents_per_step(self) -> int:
+        return self.env.agents_per_step
+
+    @property
     def full_action_spec(self) -> Any:
         return self.env.full_action_spec
 

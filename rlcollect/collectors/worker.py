@@ -235,7 +235,8 @@ class CollectorServer:
         else:
             self.out.update_(tensors)
         with_payload = first or extras is not None
-        reply = BATCH_REPLY.pack(batch.numel(), version, with_payload)
+        frames = batch.numel() * int(getattr(self.collector, "frames_per_step", 1))
+        reply = BATCH_REPLY.pack(frames, version, with_payload)
         if with_payload:
             reply += bytes(ForkingPickler.dumps((self.out if first else None, extras)))
         return reply

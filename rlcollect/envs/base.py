@@ -107,6 +107,11 @@ class EnvBase:
         return [keys.REWARD]
 
     @property
+    def agents_per_step(self) -> int:
+        """How many agents act at each step of one sub-env (1: a single-agent env)."""
+        return 1
+
+    @property
     def full_action_spec(self) -> Composite:
         """The action spec(s) under their keys, as one Composite."""
         spec = Composite(shape=self.batch_size, device=self.device)
@@ -258,14 +263,17 @@ class EnvBase:
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """TensorDict face of buffer-first envs: step through the private one-step carrier."""
         scratch = self._scratch_carrier()
-        if keys.ACTION not in tensordict:
+        present = tensordict.keys(include_nested=True)
+        missing = [key for key in self.action_keys if key not in present]
+        if missing:
             raise KeyError(
-                f"{type(self).__name__}.step needs an 'action' entry; the TensorDict has "
-                f"{sorted(map(str, tensordict.keys()))}. Write one with env.rand_action(td) or "
-                "a policy."
+                f"{type(self).__name__}.step needs the action entries {missing}; the TensorDict "
+                f"has {sorted(map(str, tensordict.keys()))}. Write them with "
+                "env.rand_action(td) or a policy."
             )
         time_dim = len(self.batch_size)
-        scratch.get(keys.ACTION).select(time_dim, 0).copy_(tensordict.get(keys.ACTION))
+        for key in self.action_keys:
+            scratch.get(key).select(time_dim, 0).copy_(tensordict.get(key))
         self.bind(scratch)
         self.step_into(0)
         next_td = scratch.get(keys.NEXT)[..., 0]
@@ -287,7 +295,12 @@ class EnvBase:
         """Write a random action from `action_spec` into `tensordict` (a new one if None)."""
         if tensordict is None:
             tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
-        tensordict.set(keys.ACTION, self.action_spec.rand())
+        if self.action_keys == [keys.ACTION]:
+            tensordict.set(keys.ACTION, self.action_spec.rand())
+            return tensordict
+        actions = self.full_action_spec.rand()
+        for key in self.action_keys:
+            tensordict.set(key, actions.get(key))
         return tensordict
 
     def set_seed(self, seed: int) -> int:

@@ -106,6 +106,7 @@ class ParallelEnv(EnvBase):
             setattr(self, name, batch_spec(description[name], num_workers))
         self._action_keys = description["action_keys"]
         self._reward_keys = description["reward_keys"]
+        self._agents_per_step = description["agents_per_step"]
         self._full_action_spec = batch_spec(description["full_action_spec"], num_workers)
         frame = description["frame"]
         self._frame = frame.unsqueeze(0).expand(num_workers, *frame.batch_size).clone()
@@ -129,6 +130,10 @@ class ParallelEnv(EnvBase):
     @property
     def reward_keys(self) -> list[Any]:
         return list(self._reward_keys)
+
+    @property
+    def agents_per_step(self) -> int:
+        return self._agents_per_step
 
     @property
     def full_action_spec(self) -> Any:

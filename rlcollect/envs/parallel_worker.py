@@ -80,6 +80,7 @@ def describe(env: EnvBase) -> dict[str, Any]:
         # with every key: the parent's carrier is made of it.
         "action_keys": list(env.action_keys),
         "reward_keys": list(env.reward_keys),
+        "agents_per_step": env.agents_per_step,
         "full_action_spec": env.full_action_spec,
         "frame": env.fake_tensordict(),
     }

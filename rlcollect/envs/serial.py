@@ -185,6 +185,10 @@ class SerialEnv(EnvBase):
         return list(self.envs[0].reward_keys)
 
     @property
+    def agents_per_step(self) -> int:
+        return self.envs[0].agents_per_step
+
+    @property
     def full_action_spec(self) -> Any:
         return batch_spec(self.envs[0].full_action_spec, self.num_workers)
 

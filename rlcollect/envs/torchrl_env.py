@@ -65,6 +65,12 @@ class TorchRLEnv(EnvBase):
     def full_action_spec(self) -> Any:
         return self.env.full_action_spec
 
+    @property
+    def agents_per_step(self) -> int:
+        """The agents of a TorchRL multi-agent env's group map (1 without one)."""
+        group_map = getattr(self.env, "group_map", None)
+        return sum(len(agents) for agents in group_map.values()) if group_map else 1
+
     def fake_tensordict(self) -> TensorDictBase:
         return self.env.fake_tensordict()
 

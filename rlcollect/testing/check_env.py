@@ -24,6 +24,7 @@ from rlcollect.testing.check_runs import (
     check_done_flags,
     check_seeded_runs,
     env_leaves,
+    reward_leaves,
 )
 
 RESERVED_NAMES = {keys.ACTION, keys.REWARD, keys.NEXT, keys.RESET, *keys.DONE_KEYS}
@@ -137,9 +138,10 @@ def check_step(env: EnvBase, root: TensorDictBase) -> None:
     observations, flags = env_leaves(env)
     snapshot = root.clone()
     request = env.rand_action(root.clone())
-    action_value = request.get(keys.ACTION, None)
-    check_value("rand_action()", keys.ACTION, action_value, env.action_spec, env.device)
-    action = request.get(keys.ACTION).clone()
+    for key in env.action_keys:
+        spec = env.full_action_spec[key]
+        check_value("rand_action()", key, request.get(key, None), spec, env.device)
+    action = request.select(*env.action_keys).clone()
     result = env.step(request)
     if not isinstance(result, TensorDictBase) or keys.NEXT not in result:
         raise EnvContractError(
@@ -147,11 +149,12 @@ def check_step(env: EnvBase, root: TensorDictBase) -> None:
             f"{type(result).__name__} with keys {list(getattr(result, 'keys', list)())}."
         )
     next_leaves = [((keys.NEXT, *key), spec) for key, spec in observations + flags]
-    next_leaves.append(((keys.NEXT, keys.REWARD), env.reward_spec))
+    next_leaves += reward_leaves(env)
     check_entries("step()", result, next_leaves, env.batch_size, env.device)
     check_done_flags("step()", result.get(keys.NEXT))
-    if not bool(tensors_equal(action, result.get(keys.ACTION)).all()):
-        raise EnvContractError("step(): changed the 'action' of the TensorDict it was given.")
+    for key in env.action_keys:
+        if not bool(tensors_equal(action.get(key), result.get(key)).all()):
+            raise EnvContractError(f"step(): changed the {key!r} of the TensorDict it was given.")
     stepped = result.clone()
     _, follow_up = env.step_and_maybe_reset(env.rand_action(env.reset()))
     env.step_and_maybe_reset(env.rand_action(follow_up))
@@ -225,10 +228,9 @@ def check_partial_reset_into(env: EnvBase) -> None:
     """`reset_into(t, mask)` writes only the selected sub-envs' root at `t` (buffer face)."""
     observations, flags = env_leaves(env)
     carrier = allocate_carrier(env.full_spec, steps=2, device=env.device)
-    time_dim = len(env.batch_size)
     env.bind(carrier)
     env.reset_into(0)
-    carrier.get(keys.ACTION).select(time_dim, 0).copy_(env.action_spec.rand())
+    carrier[(Ellipsis, 0)].update_(env.rand_action().select(*env.action_keys))
     env.step_and_advance_into(0)
     before = carrier.clone()
     mask = first_sub_env_mask(env)

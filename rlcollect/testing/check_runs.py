@@ -31,6 +31,13 @@ def env_leaves(env: EnvBase) -> tuple[Leaves, Leaves]:
     return observations, flags
 
 
+def reward_leaves(env: EnvBase) -> list[tuple[tuple[str, ...], TensorSpec]]:
+    """`(("next", reward key), spec)` for each of the env's rewards."""
+    if list(env.reward_keys) == [keys.REWARD]:
+        return [((keys.NEXT, keys.REWARD), env.reward_spec)]
+    return [((keys.NEXT, *key), spec) for key, spec in spec_leaves(env.reward_spec)]
+
+
 def check_done_flags(where: str, next_td: TensorDictBase) -> None:
     """`done == terminated | truncated`, element-wise."""
     done = next_td.get(keys.DONE)
@@ -54,11 +61,11 @@ class Trajectory:
 class ReplayPolicy:
     """A rollout policy writing a fixed sequence of actions, one per call."""
 
-    def __init__(self, actions: list[torch.Tensor]) -> None:
+    def __init__(self, actions: list[TensorDictBase]) -> None:
         self.actions = iter(actions)
 
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
-        tensordict.set(keys.ACTION, next(self.actions).clone())
+        tensordict.update(next(self.actions).clone())
         return tensordict
 
 
@@ -67,7 +74,7 @@ def check_seeded_runs(env: EnvBase, seed: int, steps: int) -> None:
     devices = [env.device] if env.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        actions = [env.action_spec.rand() for _ in range(steps)]
+        actions = [env.rand_action().select(*env.action_keys) for _ in range(steps)]
     first = record_td_face(env, seed, actions)
     second = record_td_face(env, seed, actions)
     where = f"two runs from set_seed({seed}) with the same actions"
@@ -92,17 +99,17 @@ def seed_env(env: EnvBase, seed: int) -> None:
         )
 
 
-def record_td_face(env: EnvBase, seed: int, actions: list[torch.Tensor]) -> Trajectory:
+def record_td_face(env: EnvBase, seed: int, actions: list[TensorDictBase]) -> Trajectory:
     """Seed, reset, and step with `actions` through `step_and_maybe_reset`, checking each step."""
     observations, flags = env_leaves(env)
     root_keys = [key for key, _ in observations + flags]
     step_leaves = [((keys.NEXT, *key), spec) for key, spec in observations + flags]
-    step_leaves.append(((keys.NEXT, keys.REWARD), env.reward_spec))
+    step_leaves += reward_leaves(env)
     seed_env(env, seed)
     root = env.reset()
     roots, steps = [root.select(*root_keys).clone()], []
     for t, action in enumerate(actions):
-        root.set(keys.ACTION, action.clone())
+        root.update(action.clone())
         where = f"step_and_maybe_reset() at step {t}"
         step, root = env.step_and_maybe_reset(root)
         check_entries(where, step, step_leaves, env.batch_size, env.device)
@@ -153,7 +160,7 @@ def compare_trajectories(
 
 
 def check_rollout(
-    env: EnvBase, seed: int, actions: list[torch.Tensor], expected: Trajectory
+    env: EnvBase, seed: int, actions: list[TensorDictBase], expected: Trajectory
 ) -> None:
     """`rollout()` stacks along a last dim named "time" and matches `step_and_maybe_reset`."""
     count = len(actions)
@@ -185,7 +192,7 @@ def check_rollout(
 
 
 def check_buffer_face(
-    env: EnvBase, seed: int, actions: list[torch.Tensor], expected: Trajectory, fused: bool
+    env: EnvBase, seed: int, actions: list[TensorDictBase], expected: Trajectory, fused: bool
 ) -> None:
     """The buffer face writes into a carrier exactly what the TensorDict face returned."""
     count = len(actions)
@@ -194,7 +201,7 @@ def check_buffer_face(
     env.bind(carrier)
     env.reset_into(0)
     for t, action in enumerate(actions):
-        carrier[(Ellipsis, t)].set_(keys.ACTION, action)
+        carrier[(Ellipsis, t)].update_(action)
         if fused:
             env.step_and_advance_into(t)
         else:

@@ -70,6 +70,10 @@ class TransformedEnv(EnvBase):
         """The wrapped env."""
         return self._base_env
 
+    @property
+    def agents_per_step(self) -> int:
+        return self._base_env.agents_per_step
+
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Add `transform` after the others; specs are recomputed. Returns the env."""
         check_transform(transform)

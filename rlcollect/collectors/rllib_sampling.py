@@ -1,4 +1,4 @@
-"""RLlib's horizon options: `soft_horizon` and `no_done_at_end`.
+"""RLlib's sampling counts and horizons: `count_steps_by`, `soft_horizon`, `no_done_at_end`.
 
 * `max_frames_per_traj` is RLlib's `horizon`: at the limit the step is truncated and done, and
   the env resets (`StepLimit`).
@@ -48,3 +48,16 @@ class Horizon:
                     f"{nested}, which it does not support."
                 )
         return cls(soft_horizon, no_done_at_end)
+
+
+COUNT_STEPS_BY = ("env_steps", "agent_steps")
+
+
+def frames_per_env_step(env: Any, count_steps_by: str) -> int:
+    """How many frames one step of one sub-env counts for: 1 (env steps), or the number of
+    agents acting at each step (agent steps; 1 for a single-agent env, as in RLlib)."""
+    if count_steps_by not in COUNT_STEPS_BY:
+        raise ValueError(f"count_steps_by must be one of {COUNT_STEPS_BY}; got {count_steps_by!r}.")
+    if count_steps_by == "env_steps":
+        return 1
+    return int(getattr(env, "agents_per_step", 1))
