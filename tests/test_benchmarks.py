@@ -47,3 +47,12 @@ def test_multi_collector_benchmark_quick() -> None:
     assert "rlcollect / torchrl" in output
     assert "update_s" in output
     assert "FAILED" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_multi_agent_benchmark_quick() -> None:
+    pytest.importorskip("mpe2")
+    output = run("multi_agent.py", "--quick")
+    assert "rlcollect / torchrl" in output
+    assert "FAILED" not in output
