@@ -242,44 +242,44 @@ class PettingZooEnv(EnvBase):
 
     def step_into(self, t: int) -> None:
         self._check_open()
-        alive = set(self._env.agents)
-        actions = {
-            agent: rows.read_action(rows.action[t, index])
-            for rows in self._rows
-            for index, agent in enumerate(rows.members)
-            if agent in alive
-        }
-        observations, rewards, terminations, truncations, _ = self._env.step(actions)
-        ended = [False, False, False]  # done, terminated, truncated: any agent's
+        alive = self._env.agents
+        actions = {}
         for rows in self._rows:
-            done_rows, terminated_rows, truncated_rows = rows.next_flags
+            values = rows.action[t]
             for index, agent in enumerate(rows.members):
-                if agent in observations:
-                    rows.next_observation[t, index] = observations[agent]
-                else:  # it left earlier: keep its last observation
-                    rows.next_observation[t, index] = rows.root_observation[t, index]
-                rows.reward[t, index] = rewards.get(agent, 0.0)
-                terminated = bool(terminations.get(agent, agent not in alive))
-                truncated = bool(truncations.get(agent, False))
-                terminated_rows[t, index] = terminated
-                truncated_rows[t, index] = truncated
-                done_rows[t, index] = terminated or truncated
-                ended[0] |= terminated or truncated
-                ended[1] |= terminated
-                ended[2] |= truncated
-        for flag, value in zip(self._next_flags, ended, strict=True):
-            flag[t] = value
+                if agent in alive:
+                    actions[agent] = rows.read_action(values[index])
+        observations, rewards, terminations, truncations, _ = self._env.step(actions)
+        ended = terminated_any = truncated_any = False
+        for rows in self._rows:
+            members = rows.members
+            if all(agent in observations for agent in members):
+                rows.next_observation[t] = [observations[agent] for agent in members]
+            else:  # an agent left earlier: it keeps its last observation
+                for index, agent in enumerate(members):
+                    source = observations.get(agent, rows.root_observation[t, index])
+                    rows.next_observation[t, index] = source
+            terminated = [bool(terminations.get(a, a not in alive)) for a in members]
+            truncated = [bool(truncations.get(a, False)) for a in members]
+            done = [x or y for x, y in zip(terminated, truncated, strict=True)]
+            rows.reward[t, :, 0] = [rewards.get(agent, 0.0) for agent in members]
+            done_rows, terminated_rows, truncated_rows = rows.next_flags
+            done_rows[t, :, 0] = done
+            terminated_rows[t, :, 0] = terminated
+            truncated_rows[t, :, 0] = truncated
+            ended, terminated_any = ended or any(done), terminated_any or any(terminated)
+            truncated_any = truncated_any or any(truncated)
+        done_flag, terminated_flag, truncated_flag = self._next_flags
+        done_flag[t] = ended
+        terminated_flag[t] = terminated_any
+        truncated_flag[t] = truncated_any
 
     def advance_into(self, t: int) -> None:
         if self._next_flags[0][t, 0]:
             self.reset_into(t + 1)
             return
-        for rows in self._rows:
+        for rows in self._rows:  # root flags are never set: nothing to clear
             rows.root_observation[t + 1] = rows.next_observation[t]
-            for flag in rows.root_flags:
-                flag[t + 1] = False
-        for flag in self._root_flags:
-            flag[t + 1] = False
 
     # --- protocol -----------------------------------------------------------------------------
 
