@@ -27,10 +27,12 @@ OBSERVATION, ACTION, REWARD = keys.OBSERVATION, keys.ACTION, keys.REWARD
 
 
 def group_by_name(agents: Sequence[str]) -> dict[str, list[str]]:
-    """TorchRL's default grouping: agents named `<group>_<index>` share the group `<group>`."""
+    """TorchRL's default grouping of a parallel env: agents named `<group>_<int>` share the
+    group `<group>`; any other agent is a group of its own."""
     groups: dict[str, list[str]] = {}
     for agent in agents:
-        group = agent.rsplit("_", 1)[0] if "_" in agent else agent
+        prefix, _, suffix = agent.rpartition("_")
+        group = prefix if prefix and suffix.isdigit() else agent
         groups.setdefault(group, []).append(agent)
     return groups
 

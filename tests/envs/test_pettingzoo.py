@@ -102,6 +102,18 @@ def test_same_batches_as_torchrls_pettingzoo_wrapper() -> None:
     assert_same_batches(*batches)
 
 
+def test_default_groups_follow_torchrls_naming_rule() -> None:
+    from rlcollect.envs.pettingzoo_env import group_by_name
+
+    groups = group_by_name(["agent_0", "agent_1", "adversary_0", "prisoner", "red_team_x"])
+    assert groups == {
+        "agent": ["agent_0", "agent_1"],
+        "adversary": ["adversary_0"],
+        "prisoner": ["prisoner"],
+        "red_team_x": ["red_team_x"],
+    }
+
+
 def test_group_maps() -> None:
     one_group = PettingZooEnv(spread(), group_map="all_in_one")
     assert one_group.action_keys == [("agents", "action")]
