@@ -1,10 +1,13 @@
-"""Envs: the TorchRL-compatible env protocol, specs, Gymnasium wrappers and batched envs."""
+"""Envs: the TorchRL-compatible env protocol, specs, Gymnasium and PettingZoo wrappers, and
+batched envs."""
 
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.carrier import allocate_carrier
 from rlcollect.envs.gym import GymEnv
 from rlcollect.envs.gym_vector import GymVectorEnv
 from rlcollect.envs.parallel import ParallelEnv
+from rlcollect.envs.pettingzoo_aec import PettingZooAECEnv
+from rlcollect.envs.pettingzoo_env import PettingZooEnv
 from rlcollect.envs.serial import SerialEnv
 from rlcollect.envs.specs import (
     Binary,
@@ -26,6 +29,8 @@ __all__ = [
     "GymVectorEnv",
     "OneHot",
     "ParallelEnv",
+    "PettingZooAECEnv",
+    "PettingZooEnv",
     "SerialEnv",
     "TensorSpec",
     "Unbounded",

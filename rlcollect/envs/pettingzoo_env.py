@@ -103,6 +103,11 @@ class PettingZooEnv(EnvBase):
                 f"{type(env).__name__}. For a turn-based (AEC) env, use its parallel_env() "
                 "version where PettingZoo has one."
             )
+        if type(self) is PettingZooEnv and hasattr(type(env), "agent_iter"):
+            raise TypeError(
+                "env is a turn-based PettingZoo env (AEC API); wrap it in PettingZooAECEnv, "
+                "or pass its parallel_env() version here."
+            )
         self._env = env
         self.group_map = resolve_group_map(group_map, list(env.possible_agents))
         self._categorical = categorical_actions
@@ -179,8 +184,9 @@ class PettingZooEnv(EnvBase):
         """A zero-filled transition whose groups have their agent dim as a batch dim."""
         frame = self.full_spec.zero()
         for group, members in self.group_map.items():
+            batch = torch.Size([*self.batch_size, len(members)])
             for part in (frame, frame.get(keys.NEXT)):
-                part.get(group).batch_size = torch.Size([*self.batch_size, len(members)])
+                _set_batch(part.get(group), batch)
         return frame
 
     def _scratch_carrier(self) -> TensorDictBase:
@@ -298,6 +304,14 @@ class PettingZooEnv(EnvBase):
         super().close()
 
 
+def _set_batch(tensordict: TensorDictBase, batch: torch.Size) -> None:
+    """Give `tensordict` and the TensorDicts nested in it the batch size `batch`."""
+    for value in tensordict.values():
+        if isinstance(value, TensorDictBase):
+            _set_batch(value, batch)
+    tensordict.batch_size = batch
+
+
 class _GroupRows:
     """The NumPy views of one group's entries in the bound carrier."""
 
@@ -310,6 +324,8 @@ class _GroupRows:
         self.reward: np.ndarray = views["reward"]
         self.root_flags: list[np.ndarray] = views["root_flags"]
         self.next_flags: list[np.ndarray] = views["next_flags"]
+        # The entries of a dict observation (whose rows are then a dict of arrays).
+        self.observation_keys: list[str] | None = views.get("observation_keys")
 
 
 def _action_reader(spec: Any) -> Callable[[np.ndarray], Any]:

@@ -305,5 +305,7 @@ def test_context_manager_closes() -> None:
 def test_step_without_action_names_the_missing_key() -> None:
     env = GymEnv("CartPole-v1")
     root = env.reset()
-    with pytest.raises(KeyError, match=r"step needs the action entries \['action'\]; the TensorDict has"):
+    with pytest.raises(
+        KeyError, match=r"step needs the action entries \['action'\]; the TensorDict has"
+    ):
         env.step(root)
