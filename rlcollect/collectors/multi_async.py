@@ -76,7 +76,7 @@ class MultiAsyncCollector(MultiCollectorBase):
             )
             if self.frames + on_the_way >= self.total_frames:
                 return
-        slot.launch(self.pool.deadline())
+        slot.launch(self.pool.deadline(), self.pool.worker_timeout)
 
     def next(self) -> TensorDictBase | None:
         """Return the next batch any worker finishes (None when workers fill a buffer).

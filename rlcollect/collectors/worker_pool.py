@@ -79,6 +79,7 @@ class WorkerSlot:
     # frames it had written when it started.
     background: tuple[int, int] | None = None
     deadline: float = float("inf")
+    limit: float | None = None  # the timeout its pending command was given, for errors
 
     @property
     def pending(self) -> list[int]:
@@ -99,10 +100,12 @@ class WorkerSlot:
     def answered(self) -> None:
         self.messages.popleft()
 
-    def launch(self, deadline: float) -> None:
-        """Ask for the next batch, to be answered by `deadline` (a monotonic time)."""
+    def launch(self, deadline: float, limit: float | None = None) -> None:
+        """Ask for the next batch, to be answered by `deadline` (a monotonic time, `limit`
+        seconds from now)."""
         self.has_batch = False
         self.deadline = deadline
+        self.limit = limit
         self.send(WorkerCommand.COLLECT)
 
     def batch_with_extras(self) -> TensorDictBase:
@@ -252,8 +255,10 @@ class WorkerPool:
         """Send `command` to every slot of `slots`, then wait for each answer (by a common
         deadline, `timeout` or the worker timeout)."""
         self.check_open()
+        limit = self.worker_timeout if timeout is None else timeout
         for slot in slots:
             slot.send(command, argument, payload)
+            slot.limit = limit
         deadline = self.deadline(timeout)
         return [self.await_reply(slot, command, deadline) for slot in slots]
 
@@ -286,7 +291,7 @@ class WorkerPool:
             if deadline != float("inf"):
                 timeout = max(0.0, deadline - time.monotonic())
             try:
-                payload = slot.handle.receive(timeout)
+                payload = slot.handle.receive(timeout, limit=slot.limit)
             except WorkerRaisedError as err:
                 slot.answered()
                 err.recoverable = expected in CONTROL_COMMANDS and len(err.path) == 1

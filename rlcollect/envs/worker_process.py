@@ -211,8 +211,11 @@ class WorkerHandle:
         """Whether a reply (or the worker's death) is ready within `timeout` seconds."""
         return self._is_readable(timeout)
 
-    def receive(self, timeout: float | None = None) -> bytes:
+    def receive(self, timeout: float | None = None, limit: float | None = None) -> bytes:
         """Wait for the reply to the oldest unanswered command and return its payload.
+
+        `limit` is the timeout the command was given, for the error (`timeout` is what is left
+        of it when several workers are awaited in turn).
 
         Raises:
             WorkerError: the worker reported an exception (its message and traceback are in
@@ -228,7 +231,8 @@ class WorkerHandle:
                 if interval <= 0:
                     activity = self.describe(self.last_message)
                     raise WorkerTimeoutError(
-                        self.index, f"no answer within {round(timeout or 0.0, 1):g} s to {activity}"
+                        self.index,
+                        f"no answer within {round(limit or timeout or 0.0, 1):g} s to {activity}",
                     )
         try:
             reply = self.connection.recv_bytes()

@@ -33,6 +33,22 @@ class FailingStepEnv(gym.Env):
         return np.full(1, self.steps, np.float32), 1.0, False, False, {}
 
 
+class SlowStepEnv(FailingStepEnv):
+    """A healthy one-number env whose every step takes `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(fail_at=-1)
+        self.seconds = seconds
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        time.sleep(self.seconds)
+        return super().step(action)
+
+
+def slow_env(seconds: float) -> GymEnv:
+    return GymEnv(SlowStepEnv(seconds))
+
+
 def failing_env(fail_at: int) -> GymEnv:
     return GymEnv(FailingStepEnv(fail_at))
 

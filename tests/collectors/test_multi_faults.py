@@ -16,7 +16,7 @@ import torch
 
 from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.errors import WorkerError
-from tests.collectors.faulty_envs import failing_env, hanging_env, healthy_env
+from tests.collectors.faulty_envs import failing_env, hanging_env, healthy_env, slow_env
 from tests.collectors.policies import bias_module
 from tests.conftest import processes_gone as gone
 
@@ -93,6 +93,21 @@ def test_a_worker_that_stops_answering_times_out_by_name() -> None:
         with pytest.raises(WorkerError, match=r"worker 1 failed: no answer within 2 s to collect"):
             collector.next()
         assert 1.5 < time.monotonic() - started < 10
+
+
+def test_a_timeout_names_the_configured_limit_not_what_was_left_of_it() -> None:
+    # Worker 0 answers after ~0.8 s of the shared 2 s deadline; worker 1 hangs and is awaited
+    # with what is left, but reported with the worker_timeout it was given.
+    message = r"worker 1 failed: no answer within 2 s to collect"
+    with (
+        MultiSyncCollector(
+            [lambda: slow_env(0.08), lambda: hanging_env(5)],
+            frames_per_batch=20,
+            worker_timeout=2.0,
+        ) as collector,
+        pytest.raises(WorkerError, match=message),
+    ):
+        collector.next()
 
 
 def test_garbage_collection_without_shutdown_ends_every_worker() -> None:
