@@ -1,6 +1,12 @@
 """rlcollect: fast, composable data collection for reinforcement learning in PyTorch."""
 
-from rlcollect.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors import (
+    Collector,
+    MultiAsyncCollector,
+    MultiSyncCollector,
+    ViewRequirement,
+)
+from rlcollect.compact import compact_batch, transition_view
 from rlcollect.envs import (
     EnvBase,
     GymEnv,
@@ -63,6 +69,9 @@ __all__ = [
     "SliceSampler",
     "StepCounter",
     "TransformedEnv",
+    "ViewRequirement",
+    "compact_batch",
     "split_trajectories",
+    "transition_view",
 ]
 __version__ = "0.1.0"

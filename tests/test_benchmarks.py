@@ -56,3 +56,19 @@ def test_multi_agent_benchmark_quick() -> None:
     output = run("multi_agent.py", "--quick")
     assert "rlcollect / torchrl" in output
     assert "FAILED" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_views_benchmark_quick() -> None:
+    output = run("views.py", "--quick")
+    assert "cost against no views" in output
+    assert "FAILED" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_compact_obs_benchmark_quick() -> None:
+    output = run("compact_obs.py", "--quick", "--frames", "1000")
+    assert "compact / standard" in output
+    assert "compact bytes / standard bytes" in output

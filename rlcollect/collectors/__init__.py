@@ -3,6 +3,7 @@
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi_async import MultiAsyncCollector
 from rlcollect.collectors.multi_sync import MultiSyncCollector
+from rlcollect.collectors.view_requirements import ViewRequirement
 from rlcollect.collectors.weight_sync import (
     MultiProcessWeightSyncScheme,
     NoWeightSyncScheme,
@@ -17,5 +18,6 @@ __all__ = [
     "MultiSyncCollector",
     "NoWeightSyncScheme",
     "SharedMemWeightSyncScheme",
+    "ViewRequirement",
     "WeightSyncScheme",
 ]

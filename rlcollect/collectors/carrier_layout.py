@@ -26,6 +26,7 @@ from rlcollect.collectors.policy import (
     policy_outputs,
 )
 from rlcollect.collectors.policy_state import PolicyStateCarry, policy_state_keys
+from rlcollect.collectors.trajectory_views import TrajectoryViews
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.carrier import end_flag_keys, end_of_trajectory
 from rlcollect.envs.non_tensor import copy_non_tensor, non_tensor_keys, time_index
@@ -95,6 +96,8 @@ class CarrierLayout:
     reward_keys: list[NestedKey] = field(default_factory=lambda: [keys.REWARD])
     # Whether a truncated flag alone ends a trajectory (a soft horizon: truncated, not done).
     cut_on_truncated: bool = False
+    # The trajectory views the policy reads, written at every step (view_requirements).
+    views: TrajectoryViews | None = None
     batch_view: TensorDictBase = field(init=False)
 
     def __post_init__(self) -> None:
@@ -139,6 +142,11 @@ class CarrierLayout:
             if self.state_keys
             else None
         )
+        self._view_writer = (
+            None
+            if self.views is None
+            else self.views.writer(self.carrier, self.time_dim, self._ends, self.ended_at)
+        )
 
     @classmethod
     def build(
@@ -149,6 +157,7 @@ class CarrierLayout:
         devices: DeviceSplit,
         track_version: bool,
         cut_on_truncated: bool = False,
+        views: TrajectoryViews | None = None,
     ) -> CarrierLayout:
         """Allocate the carrier, with the env reset into its slot T (where a batch starts
         from: the first batch carries it over as any later one does).
@@ -158,12 +167,16 @@ class CarrierLayout:
         The env is then bound to the full carrier, which holds the policy's outputs too.
         """
         frame = _env_frame(env, devices, track_version)
+        if views is not None:
+            views.add_columns(frame)
         if getattr(env, "keeps_no_device", False) and devices.env.type == "cpu":
             frame.clear_device_()  # a TorchRL env without a device gets TensorDicts without one
         time_dim = len(env.batch_size)
         carrier = _expand(frame, steps)
         env.bind(carrier)
         env.reset_into(steps)
+        if views is not None:  # what the policy reads at the first step
+            views.start(carrier, time_dim, steps)
         slot = time_index(time_dim, steps)
         first = carrier[slot].exclude(keys.NEXT)
         outputs, output_keys, state_keys = _learn_outputs(env, policy, first, devices)
@@ -180,6 +193,8 @@ class CarrierLayout:
             env.bind(carrier)
         carry_keys: list[NestedKey] = [*env.observation_keys, *env.done_keys, keys.TRAJ_IDS]
         carry_keys += state_keys
+        if views is not None:
+            carry_keys += views.carry_keys
         return cls(
             carrier,
             steps,
@@ -190,6 +205,7 @@ class CarrierLayout:
             list(env.done_keys),
             list(env.reward_keys),
             cut_on_truncated,
+            views,
         )
 
     def adopt(self, storage: TensorDictBase) -> CarrierLayout:
@@ -236,6 +252,7 @@ class CarrierLayout:
             self.done_keys,
             self.reward_keys,
             self.cut_on_truncated,
+            self.views,
         )
         layout.carry_from(self)
         return layout
@@ -288,8 +305,11 @@ class CarrierLayout:
         )
 
     def env_step(self, env: EnvBase) -> Callable[[int], None]:
-        """The per-step env callable: step, advance, and carry the policy's recurrent state."""
-        step_and_advance = env.step_and_advance_into
+        """The per-step env callable: step, advance, write the trajectory views (for the next
+        step's policy) and carry the policy's recurrent state."""
+        step_and_advance: Callable[[int], None] = env.step_and_advance_into
+        if self._view_writer is not None:
+            step_and_advance = self._view_writer.after(step_and_advance)
         carry = self._state_carry
         if carry is None:
             return step_and_advance
@@ -312,6 +332,8 @@ class CarrierLayout:
         self._at(self._traj, t).copy_(ids.reshape(self._traj.shape[: self.time_dim]))
         if self._state_carry is not None:
             self._state_carry.clear(t)
+        if self._view_writer is not None:
+            self._view_writer.start(t)
 
     def carry_over(self) -> None:
         """Slot 0 of the next batch = slot T of this one, for the root keys that carry."""

@@ -35,6 +35,9 @@ from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.collectors.rllib_sampling import Horizon, frames_per_env_step
 from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
+from rlcollect.collectors.trajectory_views import TrajectoryViews
+from rlcollect.collectors.view_requirements import ViewRequirement
+from rlcollect.compact import compact_batch
 from rlcollect.envs.carrier import end_flag_keys
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
@@ -127,6 +130,16 @@ class Collector(BatchIteration):
         count_steps_by: what `frames_per_batch`, `total_frames` and `frames` count: "env_steps"
             or "agent_steps" (RLlib's: with 3 agents acting at every step, 300 agent steps
             are 100 env steps).
+        compact_obs: store every observation once (TorchRL's name; nothing is lost): batches
+            of batch size `[*env_batch]` with `T + 1` observations per env and the final
+            observations of episodes ending inside the batch; `transition_view(batch)` gives
+            the standard layout back (see `rlcollect/compact.py`). `collect_rollout` still
+            fills its rollout in full.
+        view_requirements: RLlib's trajectory views, `{name: ViewRequirement(...)}`, merged
+            with the policy's own `view_requirements` attribute: at every step the policy reads
+            e.g. `"prev_actions"` (`ViewRequirement("action", shift=-1)`) or the last 4
+            observations (`shift="-3:0"`), carried across batches; they are stored in the
+            batch (see `collectors/view_requirements.py` for the layout).
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
@@ -178,6 +191,7 @@ class Collector(BatchIteration):
         use_buffers: bool | None = None,
         trust_policy: bool | None = None,
         auto_register_policy_transforms: bool | None = None,
+        compact_obs: bool = False,
         batch_mode: str | None = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
@@ -185,6 +199,7 @@ class Collector(BatchIteration):
         soft_horizon: bool = False,
         no_done_at_end: bool = False,
         count_steps_by: str = "env_steps",
+        view_requirements: Mapping[str, ViewRequirement] | None = None,
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -219,6 +234,7 @@ class Collector(BatchIteration):
             reset_at_each_iter=reset_at_each_iter,
             post_collect_hook=post_collect_hook,
             track_traj_ids=track_traj_ids,
+            compact_obs=compact_obs,
         )
         self.env = register_policy_transforms(
             make_env(create_env_fn, create_env_kwargs), policy, auto_register_policy_transforms
@@ -282,6 +298,10 @@ class Collector(BatchIteration):
         self.total_frames = self._round_total("total_frames", total_frames)
         self.init_random_frames = self._round_total("init_random_frames", init_random_frames or 0)
 
+        views = TrajectoryViews.resolve(view_requirements, policy, self.env)
+        if views is not None:
+            options.run_first(views.batch_steps())
+            observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
         action_keys = list(self.env.action_keys)
         self.policy = PolicyHolder(policy, observation_keys, self.devices.policy, action_keys)
         self.layout = CarrierLayout.build(
@@ -291,6 +311,7 @@ class Collector(BatchIteration):
             self.devices,
             track_policy_version,
             cut_on_truncated=soft_horizon,
+            views=views,
         )
         self._whole_episodes = (
             None
@@ -389,7 +410,17 @@ class Collector(BatchIteration):
             layout.clear_done_flags()
 
     def _deliver(self) -> TensorDictBase:
+        if self.options.compact_at_delivery:
+            return self._process(self._compact_batch())
         return self._process(self._raw_batch())
+
+    def _compact_batch(self) -> TensorDictBase:
+        """The batch just collected, compact: each observation copied once from the carrier
+        (no full copy first)."""
+        crosses = self.devices.storing_crosses
+        view = self.layout.with_extras(self.layout.batch_view.copy())
+        batch = compact_batch(view, copy=not crosses)
+        return batch.to(self.devices.storing) if crosses else batch
 
     def _raw_batch(self) -> TensorDictBase:
         """The batch just collected, as stored (a copy, unless `return_same_td`)."""

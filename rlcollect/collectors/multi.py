@@ -95,6 +95,7 @@ class MultiCollectorBase(BatchIteration):
         worker_timeout: float | None = 300.0,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
         split_trajs: bool = False,
+        compact_obs: bool = False,
         return_same_td: bool = False,
         replay_buffer: Any = None,
         init_random_frames: int | None = None,
@@ -127,6 +128,9 @@ class MultiCollectorBase(BatchIteration):
         self.options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
+            # Here, on the gathered batch: a compact batch varies in shape, so it cannot go
+            # through a worker's shared batch (workers that write a buffer write it whole).
+            compact_obs=compact_obs,
             return_same_td=return_same_td,
             replay_buffer=replay_buffer,
             extend_buffer=True,

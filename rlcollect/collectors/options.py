@@ -11,6 +11,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rlcollect import keys
+from rlcollect.compact import CompactObservations
 
 Process = Callable[[TensorDictBase], TensorDictBase]
 
@@ -94,6 +95,16 @@ def exclude_trajectory_ids(batch: TensorDictBase) -> TensorDictBase:
     return batch
 
 
+def _check_compact(compact_obs: Any, return_same_td: bool) -> None:
+    if not isinstance(compact_obs, bool):
+        raise TypeError(f"compact_obs must be True or False; got {compact_obs!r}.")
+    if compact_obs and return_same_td:
+        raise ValueError(
+            "compact_obs=True builds a new compact batch every time, so there is no same "
+            "TensorDict to return: drop return_same_td=True or compact_obs=True."
+        )
+
+
 @dataclass
 class CollectHook:
     """TorchRL's `post_collect_hook`: called with every finished batch, which passes on."""
@@ -114,6 +125,8 @@ class BatchOptions:
     return_same_td: bool = False
     reset_at_each_iter: bool = False
     weight_recv_schemes: Mapping[str, Any] = field(default_factory=dict)
+    # compact_obs with nothing before it in the pipeline: compact straight from the carrier.
+    compact_at_delivery: bool = False
 
     @classmethod
     def validate(
@@ -129,9 +142,11 @@ class BatchOptions:
         reset_at_each_iter: bool = False,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         track_traj_ids: bool = True,
+        compact_obs: bool = False,
     ) -> BatchOptions:
-        """Check every option and build the pipeline `[split_trajs, postproc, private keys
-        out, trajectory ids out, post_collect_hook]`, in TorchRL's order."""
+        """Check every option and build the pipeline `[split_trajs, postproc, compact_obs,
+        private keys out, trajectory ids out, post_collect_hook]`, in TorchRL's order (but
+        `postproc` sees the full batch: compaction loses nothing, so it can come after)."""
         if replay_buffer is not None:
             cls._check_buffer(replay_buffer, return_same_td, extend_buffer)
         if weight_sync_schemes:
@@ -146,8 +161,14 @@ class BatchOptions:
                     f"weight_recv_schemes[{name!r}] must have a receive() method returning "
                     f"weights or None; got {type(scheme).__name__}."
                 )
+        _check_compact(compact_obs, return_same_td)
         pipeline = cls._pipeline(split_trajs, postproc, track_traj_ids, post_collect_hook)
-        return cls(pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes)
+        if compact_obs:
+            pipeline.insert(int(split_trajs) + int(postproc is not None), CompactObservations())
+        at_delivery = compact_obs and not split_trajs and postproc is None
+        return cls(
+            pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes, at_delivery
+        )
 
     @staticmethod
     def _pipeline(
@@ -199,3 +220,10 @@ class BatchOptions:
                 "extend_buffer=False (frame-by-frame writes) is not supported; batches are "
                 "written whole. Use extend_buffer=True."
             )
+
+    def run_first(self, steps: list[Process]) -> None:
+        """Put `steps` at the head of the pipeline: they see every batch as collected (the
+        trajectory views' steps, known once the env is built)."""
+        self.pipeline[:0] = steps
+        if steps:
+            self.compact_at_delivery = False  # compaction comes after them

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.compact import is_compact, transition_view
 from rlcollect.errors import MisuseError
 from rlcollect.keys import INDEX
 from rlcollect.replay.samplers import RandomSampler, Sampler
@@ -150,12 +151,15 @@ class ReplayBuffer:
 
         Args:
             data: a TensorDict whose batch dims all index frames (``[N]``, ``[*B, T]``, ...), a
-                tensor whose first dim does, or (for a ListStorage) a list of items.
+                compact batch (``compact_obs=True``; its transitions are stored), a tensor whose
+                first dim indexes items, or (for a ListStorage) a list of items.
 
         Raises:
             ValueError: the batch's keys or per-frame shapes differ from the stored ones, or it
                 has no batch dimension. The buffer is left unchanged.
         """
+        if is_compact(data):
+            data = transition_view(data)
         data = self._inverse_transform(data)
         batch_dims = data.batch_dims if isinstance(data, TensorDictBase) else 1
         if batch_dims == 0 or (isinstance(data, torch.Tensor) and data.dim() == 0):

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.compact import transition_view
 from rlcollect.errors import MisuseError
 from rlcollect.keys import (
     ACTION,
@@ -22,33 +23,6 @@ from rlcollect.keys import (
     TRAJ_IDS,
     TRUNCATED,
 )
-
-
-def transition_view(rollout: TensorDictBase, flatten: bool = False) -> TensorDictBase:
-    """The first ``T`` steps of an ``[N, T+1]`` rollout: one entry per transition.
-
-    Slot ``T`` (the last observation and its bootstrap value, padding for ``"next"`` entries) is
-    dropped. The result is a view: writing to it writes to the rollout, and the reverse.
-
-    Args:
-        rollout: a TensorDict whose last batch dim is time, of length ``T + 1``.
-        flatten: merge the batch dims into one (``[N * T]``); a view when the layout allows it
-            (e.g. ``N == 1``), a copy otherwise.
-
-    Examples:
-        >>> rollout = TensorDict({"x": torch.arange(6).reshape(2, 3)}, [2, 3])
-        >>> transition_view(rollout)["x"].tolist()
-        [[0, 1], [3, 4]]
-        >>> transition_view(rollout, flatten=True)["x"].tolist()
-        [0, 1, 3, 4]
-    """
-    if rollout.batch_dims == 0 or rollout.batch_size[-1] < 1:
-        raise ValueError(
-            "a rollout's last batch dim is time, of length T + 1 >= 1; got "
-            f"batch_size={rollout.batch_size}."
-        )
-    view = rollout[..., : rollout.batch_size[-1] - 1]
-    return view.reshape(-1) if flatten else view
 
 
 def iterate_minibatches(
