@@ -5,6 +5,7 @@ Run from the repository root:
     python examples/dqn.py                                   # CartPole-v1, 150k frames
     python examples/dqn.py env=cartpole_batched collector.frames_per_batch=64
     python examples/dqn.py resume=outputs/dqn/<run>/checkpoint.pt collector.total_frames=300000
+    python examples/dqn.py collector=ray replay_buffer=ray   # Ray actors fill a RayReplayBuffer
 
 `collector.start()` runs collection in a thread (epsilon-greedy on a copy of the Q-network, after
 `init_random_frames` random ones); the learner keeps one gradient step per
@@ -37,6 +38,7 @@ from common.config import (
     resume_path,
     resume_state,
     run_or_exit,
+    served_by_ray,
     validate,
 )
 from common.env_info import EnvInfo, probe_env
@@ -183,6 +185,11 @@ def check_config(cfg: DictConfig) -> None:
         "the replay buffer would store the padding of split trajectories as transitions. "
         "Leave collector.split_trajs=false.",
     )
+    if served_by_ray(cfg, "collector") and not served_by_ray(cfg, "replay_buffer"):
+        raise ConfigError(
+            f"replay_buffer: {cfg.replay_buffer._target_} lives in this process, where the "
+            "collector's Ray actors cannot write; with collector=ray add replay_buffer=ray."
+        )
     capacity = OmegaConf.select(cfg, "replay_buffer.storage.max_size", default=None)
     if isinstance(capacity, int) and cfg.dqn.learning_starts > capacity:
         raise ConfigError(
@@ -222,8 +229,10 @@ def train(cfg: DictConfig) -> None:
     policy = EpsilonGreedy(q_network, cfg.dqn.start_epsilon)
     optimizer = build(cfg, "optim", params=q_network.parameters())
     learner = Learner(cfg, q_network, optimizer, key)
-    # Collector workers write the buffer themselves: it must be in shared memory then.
-    shared = {"shared": True} if collector_has_workers(cfg) else {}
+    # Collector workers write the buffer themselves: it must be in shared memory then (a
+    # buffer served by Ray is reached from any process).
+    local_buffer = not served_by_ray(cfg, "replay_buffer")
+    shared = {"shared": True} if collector_has_workers(cfg) and local_buffer else {}
     replay_buffer = build(cfg, "replay_buffer", **shared)
     # The collector acts with its own copy; the learner pushes weights and epsilon to it.
     collector_policy = TensorDictModule(

@@ -1,9 +1,13 @@
-"""rlcollect: fast, composable data collection for reinforcement learning in PyTorch."""
+"""rlcollect: fast, composable data collection for reinforcement learning in PyTorch.
+
+Ray is imported only when a Ray class is built: `import rlcollect` works without the ray extra.
+"""
 
 from rlcollect.collectors import (
     Collector,
     MultiAsyncCollector,
     MultiSyncCollector,
+    RayCollector,
     ViewRequirement,
 )
 from rlcollect.compact import compact_batch, transition_view
@@ -20,6 +24,7 @@ from rlcollect.replay import (
     ListStorage,
     PrioritizedSampler,
     RandomSampler,
+    RayReplayBuffer,
     ReplayBuffer,
     RolloutBuffer,
     RoundRobinWriter,
@@ -60,6 +65,8 @@ __all__ = [
     "ParallelEnv",
     "PrioritizedSampler",
     "RandomSampler",
+    "RayCollector",
+    "RayReplayBuffer",
     "ReplayBuffer",
     "RewardSum",
     "RolloutBuffer",

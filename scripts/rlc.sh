@@ -29,11 +29,11 @@ job=${1:-}
 [ $# -gt 0 ] && shift
 case "$job" in
   train) setup examples; exec "$VENV/bin/python" examples/ppo.py "$@" ;;
-  test) setup test,examples,pettingzoo; exec "$VENV/bin/python" -m pytest "$@" ;;
+  test) setup test,examples,pettingzoo,ray; exec "$VENV/bin/python" -m pytest "$@" ;;
   bench)
-    setup bench,examples
+    setup bench,examples,ray
     for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/multi_collectors.py \
-        benchmarks/replay.py; do
+        benchmarks/replay.py benchmarks/ray_collectors.py; do
       "$VENV/bin/python" "$script" "$@"
     done ;;
   lint) setup dev; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . ;;

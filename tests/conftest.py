@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,24 +128,55 @@ def descendants() -> dict[int, tuple[int, str]]:
     return found
 
 
+# The processes of the local Ray cluster that tests/ray starts once per session (its raylet,
+# GCS and helpers, and the worker processes Ray names "ray::IDLE", "ray::<Actor>"): Ray starts
+# and reaps them as it sees fit, during any test. tests/ray checks its actors' processes itself;
+# what an actor starts (a fork server, collector workers) is checked like any other process.
+RAY_TITLE = re.compile(r"^\[?ray::")
+RAY_PROGRAM = re.compile(r"/ray/(core/src/ray/\S+|(_private|dashboard|autoscaler)/\S+\.py)$")
+# Ray's object store, which the session's driver (this process) maps once Ray runs.
+RAY_OBJECT_STORE = re.compile(r"/dev/shm/plasma\w{6}")
+
+
 def leftover_processes(before: dict[int, tuple[int, str]]) -> dict[int, str]:
     """The descendants started since `before`, except multiprocessing's helpers (the workers,
-    forked from the fork server, share its command line but not its parent)."""
+    forked from the fork server, share its command line but not its parent) and Ray's own."""
     me = os.getpid()
     return {
         pid: command
         for pid, (ppid, command) in descendants().items()
         if pid not in before
         and not (ppid == me and any(helper in command for helper in MULTIPROCESSING_HELPERS))
+        and not is_ray_process(command)
     }
 
 
+def is_ray_process(command: str) -> bool:
+    """Whether a command line is one of Ray's processes: by the title Ray gives its workers,
+    or by the program run (a Ray binary, or a Ray script run by Python)."""
+    words = command.split()
+    if not words:
+        return False
+    if RAY_TITLE.match(words[0]):
+        return True
+    program = words[0]
+    if Path(program).name.startswith("python"):
+        program = next((word for word in words[1:] if not word.startswith("-")), "")
+    return bool(RAY_PROGRAM.search(program))
+
+
+def is_shared_memory(path: str) -> bool:
+    return "/dev/shm/" in path and not RAY_OBJECT_STORE.search(path)
+
+
 def shared_memory_held() -> int:
-    """How many shared-memory files this process maps or holds open (named or unlinked)."""
-    held = sum("/dev/shm/" in line for line in Path("/proc/self/maps").read_text().splitlines())
+    """How many shared-memory files this process maps or holds open (named or unlinked),
+    Ray's object store aside."""
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    held = sum(is_shared_memory(line) for line in lines)
     for fd in Path("/proc/self/fd").iterdir():
         try:
-            held += "/dev/shm/" in os.readlink(fd)
+            held += is_shared_memory(os.readlink(fd))
         except OSError:
             continue
     return held

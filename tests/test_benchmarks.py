@@ -72,3 +72,14 @@ def test_compact_obs_benchmark_quick() -> None:
     output = run("compact_obs.py", "--quick", "--frames", "1000")
     assert "compact / standard" in output
     assert "compact bytes / standard bytes" in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ray_collector_benchmark_quick() -> None:
+    pytest.importorskip("ray")
+    output = run("ray_collectors.py", "--quick", "--only", "ray rlcollect", "object store")
+    assert "rlcollect-ray" in output
+    assert "overhead_ms=" in output
+    assert "put_get_ms=" in output
+    assert "FAILED" not in output

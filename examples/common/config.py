@@ -42,19 +42,26 @@ def require_target(cfg: DictConfig, key: str) -> None:
 
 
 def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
-    """The keyword arguments `target` takes (None: it takes any). A multi-process collector
-    passes its extra options to the collector each worker builds, so those count too."""
+    """The keyword arguments `target` takes (None: it takes any). A multi-process or Ray
+    collector passes its extra options to the collector each worker builds, so those count
+    too."""
     try:
         parameters = dict(inspect.signature(target).parameters)
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        from rlcollect.collectors import Collector
+        from rlcollect.collectors import Collector, RayCollector
         from rlcollect.collectors.multi import MultiCollectorBase
 
-        if not (isinstance(target, type) and issubclass(target, MultiCollectorBase)):
+        if not isinstance(target, type):
             return None
-        for source in (MultiCollectorBase, Collector):
+        if issubclass(target, MultiCollectorBase):
+            sources: tuple[type, ...] = (MultiCollectorBase, Collector)
+        elif issubclass(target, RayCollector):
+            sources = (Collector,)
+        else:
+            return None
+        for source in sources:
             parameters = {**inspect.signature(source).parameters, **parameters}
     return {name: p for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD}
 
@@ -299,6 +306,23 @@ def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
     except Exception:  # a bad target is reported, by name, when the collector is built
         return False
     return isinstance(target, type) and issubclass(target, MultiCollectorBase)
+
+
+def served_by_ray(cfg: DictConfig, key: str) -> bool:
+    """Whether the object at `key` is served by Ray (a RayCollector, a RayReplayBuffer): its
+    parts run in Ray actors, which reach only what Ray serves."""
+    from hydra.utils import get_class
+
+    from rlcollect.collectors import RayCollector
+
+    require_target(cfg, key)
+    try:
+        target = get_class(value_at(cfg, key)["_target_"])
+    except Exception:  # a bad target is reported, by name, when it is built
+        return False
+    return getattr(target, "service_backend", None) == "ray" or (
+        isinstance(target, type) and issubclass(target, RayCollector)
+    )
 
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"

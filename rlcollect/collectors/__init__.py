@@ -1,8 +1,14 @@
-"""Collectors: step envs with a policy and hand batches to training."""
+"""Collectors: step envs with a policy and hand batches to training.
+
+The Ray classes import Ray only when built, so this package imports without the ray extra.
+"""
 
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi_async import MultiAsyncCollector
 from rlcollect.collectors.multi_sync import MultiSyncCollector
+from rlcollect.collectors.ray_collector import RayCollector
+from rlcollect.collectors.ray_fleet import ActorError, ActorTimeoutError
+from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
 from rlcollect.collectors.view_requirements import ViewRequirement
 from rlcollect.collectors.weight_sync import (
     MultiProcessWeightSyncScheme,
@@ -12,11 +18,15 @@ from rlcollect.collectors.weight_sync import (
 )
 
 __all__ = [
+    "ActorError",
+    "ActorTimeoutError",
     "Collector",
     "MultiAsyncCollector",
     "MultiProcessWeightSyncScheme",
     "MultiSyncCollector",
     "NoWeightSyncScheme",
+    "RayCollector",
+    "RayWeightSyncScheme",
     "SharedMemWeightSyncScheme",
     "ViewRequirement",
     "WeightSyncScheme",

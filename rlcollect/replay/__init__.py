@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlcollect.replay.memmap_storage import LazyMemmapStorage
 from rlcollect.replay.prioritized_sampler import PrioritizedSampler
+from rlcollect.replay.ray_buffer import RayReplayBuffer, RayReplayBufferClient
 from rlcollect.replay.replay_buffer import ReplayBuffer
 from rlcollect.replay.rollout_buffer import RolloutBuffer, iterate_minibatches, transition_view
 from rlcollect.replay.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
@@ -18,6 +19,8 @@ __all__ = [
     "ListStorage",
     "PrioritizedSampler",
     "RandomSampler",
+    "RayReplayBuffer",
+    "RayReplayBufferClient",
     "ReplayBuffer",
     "RolloutBuffer",
     "RoundRobinWriter",

@@ -1,0 +1,296 @@
+"""The arguments of `RayCollector`, checked before Ray starts: actors, options, resources."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlcollect.collectors.collector import Collector
+from rlcollect.collectors.multi import MultiCollectorBase
+from rlcollect.collectors.multi_options import check_options
+from rlcollect.collectors.options import _check_int, validate_frames
+from rlcollect.collectors.ray_actor import ActorSpec
+from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
+from rlcollect.collectors.weight_sync import (
+    POLICY_MODEL_ID,
+    NoWeightSyncScheme,
+    WeightSyncScheme,
+    check_schemes,
+)
+from rlcollect.ray_runtime import plain
+
+# The `ray.remote` options an actor may be given; restarts and concurrency are RayCollector's.
+REMOTE_OPTIONS = frozenset(
+    {
+        "num_cpus",
+        "num_gpus",
+        "memory",
+        "resources",
+        "accelerator_type",
+        "scheduling_strategy",
+        "runtime_env",
+        "label_selector",
+    }
+)
+DEFAULT_REMOTE_CONFIG: dict[str, Any] = {"num_cpus": 1}
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+def resolve_collectors(create_env_fn: Any, num_collectors: Any) -> tuple[list[Any], int]:
+    """One env maker per actor, from a list of them or one maker and `num_collectors`."""
+    if _is_sequence(create_env_fn):
+        makers = list(create_env_fn)
+        if not makers:
+            raise ValueError("create_env_fn is an empty list; give one env maker per actor.")
+        if num_collectors is not None and num_collectors != len(makers):
+            raise ValueError(
+                f"num_collectors={num_collectors!r} but create_env_fn lists {len(makers)} env "
+                "makers (one per actor); drop num_collectors or make them agree."
+            )
+        return makers, len(makers)
+    if num_collectors is None:
+        raise ValueError(
+            "num_collectors is needed when create_env_fn is a single env maker, e.g. "
+            "num_collectors=2 (or pass a list with one env maker per actor)."
+        )
+    num_collectors = _check_int("num_collectors", num_collectors)
+    if num_collectors < 1:
+        raise ValueError(f"num_collectors={num_collectors} must be at least 1.")
+    return [create_env_fn] * num_collectors, num_collectors
+
+
+def per_actor_frames(frames_per_batch: Any, num_collectors: int, sync: bool) -> int:
+    """Frames each actor collects per batch: a share of the gathered batch (`sync=True`,
+    rounded up with a warning), or the whole of every batch it yields (`sync=False`)."""
+    if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, numbers.Integral):
+        raise TypeError(
+            f"frames_per_batch must be an int; got {frames_per_batch!r} "
+            f"({type(frames_per_batch).__name__})."
+        )
+    frames, _ = validate_frames(frames_per_batch, -1)
+    if not sync:
+        return frames
+    each = math.ceil(frames / num_collectors)
+    if each * num_collectors != frames:
+        warnings.warn(
+            f"frames_per_batch={frames} is not a multiple of num_collectors={num_collectors}; "
+            f"each actor collects {each} frames ({each * num_collectors} a batch).",
+            stacklevel=4,
+        )
+    return each
+
+
+def check_collector_class(collector_class: Any) -> None:
+    """`collector_class` must build a `Collector` or a multi-process collector."""
+    target = getattr(collector_class, "func", collector_class)  # functools.partial
+    accepted = (Collector, MultiCollectorBase)
+    if not (isinstance(target, type) and issubclass(target, accepted)):
+        raise TypeError(
+            f"collector_class={collector_class!r} is not a collector class; use Collector, "
+            "MultiSyncCollector, MultiAsyncCollector, or a functools.partial of one (e.g. "
+            "partial(MultiSyncCollector, num_workers=2))."
+        )
+
+
+def per_actor_options(
+    collector_class: Any,
+    collector_kwargs: Any,
+    options: Mapping[str, Any],
+    num_collectors: int,
+) -> list[dict[str, Any]]:
+    """Each actor's collector options: the shared `options`, plus its own `collector_kwargs`
+    (one dict for all, or one per actor), checked against `collector_class`."""
+    if collector_kwargs is None:
+        own: list[Any] = [{}] * num_collectors
+    elif isinstance(collector_kwargs, Mapping):
+        own = [collector_kwargs] * num_collectors
+    elif _is_sequence(collector_kwargs) and len(collector_kwargs) == num_collectors:
+        own = list(collector_kwargs)
+    else:
+        raise TypeError(
+            "collector_kwargs must be a dict of collector options, or a list of "
+            f"{num_collectors} dicts (one per actor); got {collector_kwargs!r}."
+        )
+    merged = []
+    for index, kwargs in enumerate(own):
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"collector_kwargs[{index}] must be a dict; got {kwargs!r}.")
+        both = sorted(set(kwargs) & set(options))
+        if both:
+            raise ValueError(
+                f"{both} given both as RayCollector arguments and in collector_kwargs; "
+                "give each option once."
+            )
+        combined = {**options, **plain(kwargs)}
+        check_options(collector_class, combined)
+        merged.append(combined)
+    return merged
+
+
+def _check_resource(name: str, value: Any, index: int) -> None:
+    if name in ("num_cpus", "num_gpus", "memory"):
+        is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not is_number or value < 0 or (name == "memory" and value == 0):
+            need = "a number of bytes > 0" if name == "memory" else "a number >= 0"
+            raise ValueError(f"remote_configs[{index}][{name!r}]={value!r}; expected {need}.")
+
+
+def check_remote_configs(remote_configs: Any, num_collectors: int) -> list[dict[str, Any]]:
+    """One `ray.remote` option dict per actor (default `{"num_cpus": 1}`)."""
+    if remote_configs is None:
+        configs: list[Any] = [DEFAULT_REMOTE_CONFIG] * num_collectors
+    elif isinstance(remote_configs, Mapping):
+        configs = [remote_configs] * num_collectors
+    elif _is_sequence(remote_configs) and len(remote_configs) == num_collectors:
+        configs = list(remote_configs)
+    else:
+        raise TypeError(
+            "remote_configs must be a dict of ray.remote options (e.g. {'num_cpus': 1, "
+            f"'num_gpus': 0.5}}), or a list of {num_collectors} dicts (one per actor); got "
+            f"{remote_configs!r}."
+        )
+    checked = []
+    for index, config in enumerate(configs):
+        if not isinstance(config, Mapping):
+            raise TypeError(f"remote_configs[{index}] must be a dict; got {config!r}.")
+        for name, value in config.items():
+            if name not in REMOTE_OPTIONS:
+                raise ValueError(
+                    f"remote_configs[{index}] has {name!r}; an actor takes "
+                    f"{sorted(REMOTE_OPTIONS)} (restarts are set by restart_dead_collectors)."
+                )
+            _check_resource(name, value, index)
+        checked.append(dict(plain(config)))
+    return checked
+
+
+def served_buffer_client(replay_buffer: Any) -> Any:
+    """The picklable client that actors extend, for a buffer served by Ray (ours, or any
+    with TorchRL's `service_backend == "ray"` and `client()`); None for no buffer."""
+    if replay_buffer is None:
+        return None
+    if getattr(replay_buffer, "service_backend", None) == "ray" and callable(
+        getattr(replay_buffer, "client", None)
+    ):
+        return replay_buffer.client()
+    raise TypeError(
+        f"replay_buffer must be served by Ray so that remote actors can extend it; got a "
+        f"{type(replay_buffer).__name__}. Use rlcollect.replay.RayReplayBuffer(storage=..., "
+        "sampler=...) with the same arguments."
+    )
+
+
+def choose_scheme(weight_sync_schemes: Mapping[str, Any] | None) -> WeightSyncScheme:
+    """The policy's scheme: `RayWeightSyncScheme` (default) or `NoWeightSyncScheme`."""
+    chosen = check_schemes("weight_sync_schemes", weight_sync_schemes).get(POLICY_MODEL_ID)
+    if chosen is None:
+        return RayWeightSyncScheme()
+    if not isinstance(chosen, RayWeightSyncScheme | NoWeightSyncScheme):
+        raise TypeError(
+            f"weight_sync_schemes['policy'] is a {type(chosen).__name__}; RayCollector sends "
+            "weights through Ray's object store: use RayWeightSyncScheme() (or "
+            "NoWeightSyncScheme() to keep the actors' weights)."
+        )
+    return chosen
+
+
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}.")
+    return value
+
+
+def check_interval(max_weight_update_interval: Any) -> int:
+    """Batches an actor may collect before its weights are refreshed (-1: never forced)."""
+    value = _check_int("max_weight_update_interval", max_weight_update_interval)
+    if value < -1:
+        raise ValueError(
+            f"max_weight_update_interval={value} must be -1 (no forced update) or a number of "
+            "batches >= 0."
+        )
+    return value
+
+
+def check_timeout(name: str, value: Any, allow_none: bool) -> float | None:
+    if value is None and allow_none:
+        return None
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not is_number or not value > 0:
+        none = ", or None to wait forever" if allow_none else ""
+        raise ValueError(f"{name}={value!r} must be a positive number of seconds{none}.")
+    return float(value)
+
+
+def per_actor_factories(
+    policy: Any, policy_factory: Any, num_collectors: int
+) -> list[Callable[[], Any] | None]:
+    """One policy factory per actor (or Nones), refusing a policy and a factory together."""
+    if policy is not None and policy_factory is not None:
+        raise ValueError("pass policy or policy_factory, not both.")
+    if _is_sequence(policy_factory):
+        factories = list(policy_factory)
+        if len(factories) != num_collectors:
+            raise ValueError(
+                f"policy_factory lists {len(factories)} factories for {num_collectors} actors; "
+                "give one for all or one per actor."
+            )
+    else:
+        factories = [policy_factory] * num_collectors
+    for factory in factories:
+        if factory is not None and not callable(factory):
+            raise TypeError(
+                "policy_factory must be a callable returning a policy (or one per actor); "
+                f"got {factory!r}."
+            )
+    return factories
+
+
+def plan_actors(
+    create_env_fn: Any,
+    *,
+    num_collectors: Any,
+    frames_per_batch: Any,
+    sync: bool,
+    collector_class: Any,
+    collector_kwargs: Any,
+    remote_configs: Any,
+    policy: Any,
+    policy_factory: Any,
+    replay_buffer: Any,
+    init_random_frames: Any,
+    options: Mapping[str, Any],
+) -> tuple[list[ActorSpec], list[dict[str, Any]]]:
+    """What every actor builds and the `ray.remote` options it runs with, every argument
+    checked (the first wrong one raises, naming it). `options` are the collector options of
+    all actors; `init_random_frames` is shared out among them; actor i draws trajectory ids
+    `i + k N`; a replay buffer reaches them as its client."""
+    makers, num = resolve_collectors(create_env_fn, num_collectors)
+    frames_each = per_actor_frames(frames_per_batch, num, sync)
+    check_collector_class(collector_class)
+    factories = per_actor_factories(policy, policy_factory, num)
+    client = served_buffer_client(replay_buffer)
+    shared = dict(options)
+    if init_random_frames:  # shared out, as a multi-process collector does
+        shared["init_random_frames"] = -(-int(init_random_frames) // num)
+    actor_options = per_actor_options(collector_class, collector_kwargs, shared, num)
+    configs = check_remote_configs(remote_configs, num)
+    specs = [
+        ActorSpec(
+            collector_class=collector_class,
+            create_env_fn=maker,
+            policy_factory=factories[index],
+            frames_per_batch=frames_each,
+            collector_kwargs=actor_options[index],
+            trajectory_ids=(index, num),
+            index=index,
+            replay_buffer=client,
+        )
+        for index, maker in enumerate(makers)
+    ]
+    return specs, configs

@@ -1,0 +1,134 @@
+"""`ActorWeights`: the policy weights a RayCollector sends its actors, and when.
+
+It holds what updates are checked against (the policy's names, shapes and dtypes), the scheme
+that carries them, and how many batches each actor collected since its weights were last sent,
+so that the collector can refresh overdue actors (`max_weight_update_interval`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlcollect.collectors.multi import CHILD_TIMEOUT_SHARE, UPDATE_TIMEOUT
+from rlcollect.collectors.multi_options import weight_template
+from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot
+from rlcollect.collectors.ray_options import choose_scheme
+from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
+from rlcollect.collectors.weight_sync import (
+    NoWeightSyncScheme,
+    Weights,
+    transient_names,
+    validated_weights,
+)
+
+
+class ActorWeights:
+    """The weights side of a RayCollector of `num` actors.
+
+    Args:
+        policy: the policy the collector was given (None with random actions or a factory).
+        policy_factory: the first actor's policy factory, when there is no `policy`.
+        weight_sync_schemes: the collector's `weight_sync_schemes` argument.
+        num: the number of actors.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        policy_factory: Callable[[], Any] | None,
+        weight_sync_schemes: Mapping[str, Any] | None,
+        num: int,
+    ) -> None:
+        self.policy = policy
+        self.template = weight_template(policy, policy_factory)
+        self.transient = transient_names(policy)
+        if weight_sync_schemes or self.template:
+            self.scheme = choose_scheme(weight_sync_schemes)
+        else:
+            self.scheme = NoWeightSyncScheme()
+        self.scheme.connect(self.template, num)
+        self.stale = [0] * num  # batches each actor collected since its weights were sent
+
+    def checked(self, policy_or_weights: Any, weights: Any, policy: Any) -> Weights:
+        """The weights given (one of the three; none: the collector's policy's), validated
+        against the policy's and detached.
+
+        Raises:
+            ValueError: two given, none to read, or a missing or extra key, or a tensor of the
+                wrong shape or dtype.
+        """
+        given = [value for value in (policy_or_weights, weights, policy) if value is not None]
+        if len(given) > 1:
+            raise ValueError(
+                "update_policy_weights_ takes one of policy_or_weights, weights and policy."
+            )
+        if not self.template:
+            raise RuntimeError(
+                "this collector runs random actions (policy=None); it has no weights to update."
+            )
+        source = given[0] if given else self.policy
+        if source is None:
+            raise ValueError(
+                "update_policy_weights_() without weights reads them from the policy given at "
+                "construction, but this collector was built with policy_factory; pass weights."
+            )
+        return validated_weights(source, self.template, self.transient)
+
+    def send(
+        self,
+        fleet: ActorFleet,
+        slots: Sequence[ActorSlot],
+        weights: Weights,
+        version: int,
+        timeout: float,
+    ) -> None:
+        """Put `weights` into the object store once, have every actor of `slots` apply them as
+        `version` between two batches, and wait for every acknowledgement (`timeout` seconds;
+        an actor's own workers get a share of it)."""
+        if not isinstance(self.scheme, RayWeightSyncScheme):
+            return
+        reference = self.scheme.publish(weights)
+        child_timeout = timeout * CHILD_TIMEOUT_SHARE
+        fleet.call(slots, "apply_weights", reference, version, child_timeout, timeout=timeout)
+        for slot in slots:
+            slot.policy_version = version
+            self.stale[slot.index] = 0
+
+    def overdue(self, slots: Sequence[ActorSlot], interval: int) -> list[int]:
+        """The actors of `slots` that collected more than `interval` batches since their weights
+        were sent (none when the interval is -1 or there is no policy to read weights from)."""
+        if interval < 0 or self.policy is None or not self.template:
+            return []
+        return [slot.index for slot in slots if self.stale[slot.index] > interval]
+
+    @property
+    def current(self) -> Any:
+        """The object-store reference of the last weights sent, for a restarted actor (None
+        before the first update: it builds the policy it was given)."""
+        return self.scheme.current if isinstance(self.scheme, RayWeightSyncScheme) else None
+
+    def close(self) -> None:
+        self.scheme.close()
+
+
+def select_actors(slots: Sequence[ActorSlot], worker_ids: Any) -> list[ActorSlot]:
+    """The slots `worker_ids` names (an index or several; None: all), or an error naming it."""
+    if worker_ids is None:
+        return list(slots)
+    given: list[Any] = (
+        [worker_ids] if isinstance(worker_ids, numbers.Integral) else list(worker_ids)
+    )
+    for index in given:
+        if not isinstance(index, numbers.Integral) or not 0 <= int(index) < len(slots):
+            raise ValueError(f"worker_ids has {index!r}; actors are numbered 0..{len(slots) - 1}.")
+    return [slots[int(index)] for index in given]
+
+
+def check_update_timeout(timeout: float | None) -> float:
+    """An update's timeout: `UPDATE_TIMEOUT` for None, else a positive number of seconds."""
+    timeout = UPDATE_TIMEOUT if timeout is None else timeout
+    if not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
+    return timeout
