@@ -33,7 +33,7 @@ case "$job" in
   bench)
     setup bench,examples,ray
     for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/multi_collectors.py \
-        benchmarks/replay.py benchmarks/ray_collectors.py; do
+        benchmarks/replay.py benchmarks/ray_collectors.py benchmarks/ppo_vs_sb3.py; do
       "$VENV/bin/python" "$script" "$@"
     done ;;
   lint) setup dev; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . ;;

@@ -83,3 +83,16 @@ def test_ray_collector_benchmark_quick() -> None:
     assert "overhead_ms=" in output
     assert "put_get_ms=" in output
     assert "FAILED" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ppo_vs_sb3_benchmark_quick() -> None:
+    pytest.importorskip(
+        "stable_baselines3", reason="the bench extra installs stable-baselines3; test does not"
+    )
+    output = run("ppo_vs_sb3.py", "--quick")
+    for row in ("0  rlcollect", "0  SB3 (RL Zoo)"):
+        assert row in output
+    assert "seconds to solve, rlcollect / SB3" in output
+    assert "FAILED" not in output

@@ -57,3 +57,24 @@ def test_running_experiments_lists_every_config_and_how_to_activate() -> None:
         for config in sorted((conf / group).glob("*.yaml")):
             assert f"`{config.stem}`" in section, f"{group}={config.stem} is not listed"
     assert "resume=" in section
+
+
+def test_results_put_the_default_ppo_run_next_to_sb3() -> None:
+    from omegaconf import OmegaConf
+
+    heading = "### PPO on CartPole-v1 against Stable-Baselines3"
+    section = README.read_text().split(heading, 1)[1].split("\n### ", 1)[0]
+    assert "python benchmarks/ppo_vs_sb3.py" in section
+    assert "2026-11-25" in section
+    assert "| seeds 0-4 | frames to solve | seconds to solve | final greedy eval" in section
+    assert "| rlcollect, `examples/ppo.py` |" in section
+    assert "| SB3 PPO, RL Zoo hyperparameters |" in section
+    # the defaults the section names are those of the config
+    cfg = OmegaConf.load(README.parent / "examples" / "conf" / "ppo.yaml")
+    text = " ".join(section.split())  # across line breaks
+    assert f"{cfg.collector.total_frames:,} frames" in text
+    assert f"{cfg.ppo.epochs} full-batch epochs" in text
+    assert cfg.ppo.num_minibatches == 1
+    assert f"gamma {cfg.gae.gamma} and lambda {cfg.gae.lmbda}" in text
+    lr = f"{cfg.optim.lr:.0e}".replace("e-0", "e-")  # 3e-3
+    assert f"learning rate {lr} and clip range {cfg.ppo.clip_epsilon}" in text

@@ -23,6 +23,8 @@ class LinearLearningRate:
         0.75
         >>> schedule.set(0.75)
         0.375
+        >>> schedule.factor(1.0)  # what set(1.0) would apply, e.g. to scale PPO's clip range
+        0.0
     """
 
     def __init__(self, optimizer: Any, end_factor: float) -> None:
@@ -41,11 +43,15 @@ class LinearLearningRate:
         self.start_factor = self.optimizer.param_groups[0]["lr"] / self.base_lrs[0]
         return self.start_factor
 
-    def set(self, progress: float) -> float:
-        """Apply the learning rates for `progress` and return the first group's."""
+    def factor(self, progress: float) -> float:
+        """The factor on the configured learning rates at `progress` (nothing is applied)."""
         span = 1.0 - self.start_progress
         done = 1.0 if span <= 0 else min(1.0, max(0.0, (progress - self.start_progress) / span))
-        factor = self.start_factor + done * (self.end_factor - self.start_factor)
+        return self.start_factor + done * (self.end_factor - self.start_factor)
+
+    def set(self, progress: float) -> float:
+        """Apply the learning rates for `progress` and return the first group's."""
+        factor = self.factor(progress)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * factor
         return self.base_lrs[0] * factor

@@ -47,6 +47,12 @@ def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
     with (first / "metrics.csv").open(newline="") as file:
         final = float(list(csv.DictReader(file))[-1]["final_eval_return"])
     assert f"greedy evaluation: mean return {final:.1f}" in result.stdout, "in the CSV too"
+    # ppo.anneal_clip: the clip range decays with the learning rate's factor (RL Zoo's lin_0.2)
+    lrs, clips = logged(first, "lr"), logged(first, "clip_epsilon")
+    assert clips[0] == pytest.approx(0.2)
+    assert [clip / 0.2 for clip in clips] == pytest.approx([lr / lrs[0] for lr in lrs])
+    assert clips == sorted(clips, reverse=True)
+    assert clips[-1] < clips[0]
 
     resumed = run_script(
         "ppo", second, *TINY, "collector.total_frames=2048", f"resume={first / 'checkpoint.pt'}"
@@ -60,6 +66,8 @@ def test_ppo_runs_then_resumes_where_it_stopped(tmp_path: Path) -> None:
     last_lr, resumed_lrs = logged(first, "lr")[-1], logged(second, "lr")[4:]
     assert resumed_lrs[0] == pytest.approx(last_lr)
     assert resumed_lrs == sorted(resumed_lrs, reverse=True)
+    resumed_clips = logged(second, "clip_epsilon")[4:]
+    assert resumed_clips[0] == pytest.approx(0.2 * last_lr / lrs[0])  # goes on, no jump back
     assert "the learning rate goes on from" in (second / "ppo.log").read_text()
 
 
