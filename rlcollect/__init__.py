@@ -7,6 +7,7 @@ from rlcollect.collectors import (
     Collector,
     MultiAsyncCollector,
     MultiSyncCollector,
+    PolicyMap,
     RayCollector,
     ViewRequirement,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "MultiSyncCollector",
     "ObservationNorm",
     "ParallelEnv",
+    "PolicyMap",
     "PrioritizedSampler",
     "RandomSampler",
     "RayCollector",

@@ -6,6 +6,7 @@ The Ray classes import Ray only when built, so this package imports without the 
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi_async import MultiAsyncCollector
 from rlcollect.collectors.multi_sync import MultiSyncCollector
+from rlcollect.collectors.policy_map import PolicyMap
 from rlcollect.collectors.ray_collector import RayCollector
 from rlcollect.collectors.ray_fleet import ActorError, ActorTimeoutError
 from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
@@ -25,6 +26,7 @@ __all__ = [
     "MultiProcessWeightSyncScheme",
     "MultiSyncCollector",
     "NoWeightSyncScheme",
+    "PolicyMap",
     "RayCollector",
     "RayWeightSyncScheme",
     "SharedMemWeightSyncScheme",

@@ -30,6 +30,7 @@ from rlcollect.collectors.options import (
     validate_frames,
 )
 from rlcollect.collectors.policy import warn_if_action_misfits
+from rlcollect.collectors.policy_map import bind_policy_map, policy_or_map
 from rlcollect.collectors.policy_transforms import register_policy_transforms
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
@@ -135,6 +136,10 @@ class Collector(BatchIteration):
             observations of episodes ending inside the batch; `transition_view(batch)` gives
             the standard layout back (see `rlcollect/compact.py`). `collect_rollout` still
             fills its rollout in full.
+        policies: RLlib's one policy per team, `{policy_id: policy}` (instead of `policy`):
+            each is called once per step on all the agents `policy_mapping_fn(agent_id)`
+            sends it, and batches hold one sub-batch per policy id (see `PolicyMap`).
+        policy_mapping_fn: agent id -> policy id (may be left out with a single policy).
         view_requirements: RLlib's trajectory views, `{name: ViewRequirement(...)}`, merged
             with the policy's own `view_requirements` attribute: at every step the policy reads
             e.g. `"prev_actions"` (`ViewRequirement("action", shift=-1)`) or the last 4
@@ -200,6 +205,8 @@ class Collector(BatchIteration):
         no_done_at_end: bool = False,
         count_steps_by: str = "env_steps",
         view_requirements: Mapping[str, ViewRequirement] | None = None,
+        policies: Mapping[str, Any] | None = None,
+        policy_mapping_fn: Callable[[str], str] | None = None,
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -216,7 +223,9 @@ class Collector(BatchIteration):
                 f"({type(inference_mode).__name__})."
             )
         self.inference_mode = inference_mode
-        policy = _policy_from_factory(policy, policy_factory)
+        policy = policy_or_map(
+            _policy_from_factory(policy, policy_factory), policies, policy_mapping_fn
+        )
         _check_torchrl_no_ops(use_buffers, trust_policy)
         if pre_collect_hook is not None and not callable(pre_collect_hook):
             raise TypeError(
@@ -246,6 +255,7 @@ class Collector(BatchIteration):
             policy_device=policy_device,
             storing_device=storing_device,
         )
+        options.run_first(bind_policy_map(policy, self.env))
         # The policy reads the env's own observations, not the step count added below.
         observation_keys = self.env.observation_keys
         self.horizon = Horizon.validate(
@@ -598,13 +608,20 @@ class Collector(BatchIteration):
         return self.policy.version
 
     def update_policy_weights_(
-        self, policy_or_weights: Any = None, *, weights: Any = None, policy: Any = None
+        self,
+        policy_or_weights: Any = None,
+        *,
+        weights: Any = None,
+        policy: Any = None,
+        policy_id: str | None = None,
     ) -> None:
         """Load new policy weights (a module, a state dict or a TensorDict of parameters).
 
         As in TorchRL, they come positionally or as `weights=` / `policy=`, one of the three.
         With none, the weights are copied again from the policy the collector was given
-        (useful when the collector holds a copy on another device).
+        (useful when the collector holds a copy on another device). With `policies=`,
+        `policy_id` addresses one policy (the others keep theirs); without it the weights are
+        those of the whole map (`"policies.<id>.<name>"`).
         """
         given = {
             name: value
@@ -620,7 +637,7 @@ class Collector(BatchIteration):
                 f"update_policy_weights_ takes one of policy_or_weights, weights and policy; "
                 f"got {sorted(given)}."
             )
-        self.policy.update(next(iter(given.values()), None))
+        self.policy.update(next(iter(given.values()), None), policy_id=policy_id)
 
     def apply_weights(self, weights: Any, version: int, timeout: float | None = None) -> None:
         """Load weights sent by a parent collector, as policy version `version` (between

@@ -36,6 +36,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
+from rlcollect.collectors.policy_map import PolicyMap, policy_or_map
 from rlcollect.collectors.profiling import ProfileConfig
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
@@ -103,6 +104,11 @@ class MultiCollectorBase(BatchIteration):
         startup_timeout: float = 300.0,
         **collector_options: Any,
     ) -> None:
+        policy = policy_or_map(
+            policy,
+            collector_options.pop("policies", None),
+            collector_options.pop("policy_mapping_fn", None),
+        )
         env_makers, num_workers = resolve_workers(create_env_fn, num_workers)
         per_worker_frames = self._split_frames(frames_per_batch, num_workers)
         _, total_frames = validate_frames(1, total_frames)
@@ -332,6 +338,7 @@ class MultiCollectorBase(BatchIteration):
         policy: Any = None,
         worker_ids: int | Sequence[int] | None = None,
         timeout: float = UPDATE_TIMEOUT,
+        policy_id: str | None = None,
     ) -> None:
         """Send new weights to every worker (and their workers) and wait until all applied them.
 
@@ -340,7 +347,8 @@ class MultiCollectorBase(BatchIteration):
         was given, so that `update_policy_weights_()` after an optimiser step on it is enough.
         They are checked before anything is sent and detached. Each worker applies them
         between two batches; when this returns, the next batch of every leaf of the tree is
-        produced by them and reports the new `policy_version`.
+        produced by them and reports the new `policy_version`. With `policies=`, `policy_id`
+        addresses one policy: the weights are its own, and the other policies keep theirs.
 
         Raises:
             ValueError: a missing or extra key, or a tensor of the wrong shape or dtype.
@@ -362,8 +370,34 @@ class MultiCollectorBase(BatchIteration):
                 "update_policy_weights_() without weights reads them from the policy given at "
                 "construction, but this collector was built with policy_factory; pass weights."
             )
-        checked = validated_weights(source, self._template, self._transient)
+        if policy_id is not None:
+            checked = self._one_policy_weights(policy_id, given[0] if given else None)
+        else:
+            checked = validated_weights(source, self._template, self._transient)
         self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
+
+    def _one_policy_weights(self, policy_id: str, weights: Any) -> Weights:
+        """The weights last sent, with those of policy `policy_id` replaced by `weights` (by
+        default, read from that policy of the map this collector was given)."""
+        policy_map = self._policy
+        if not isinstance(policy_map, PolicyMap):
+            raise ValueError(
+                f"policy_id={policy_id!r} addresses one of several policies, but this "
+                "collector runs one policy; pass policies={...} to address them by id."
+            )
+        policy = policy_map.policy(policy_id)
+        prefix = f"policies.{policy_id}."
+        template = {
+            name.removeprefix(prefix): tensor
+            for name, tensor in self._template.items()
+            if name.startswith(prefix)
+        }
+        checked = validated_weights(
+            policy if weights is None else weights, template, transient_names(policy)
+        )
+        current = dict(self._weights or self._template)
+        current.update({prefix + name: tensor for name, tensor in checked.items()})
+        return current
 
     def apply_weights(
         self,

@@ -12,6 +12,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 from rlcollect.collectors.policy import extra_output_keys, resolve_policy
+from rlcollect.collectors.policy_map import PolicyMap
 
 
 def _parameter_devices(module: Any) -> set[torch.device]:
@@ -68,9 +69,8 @@ class PolicyHolder:
                 module.module, in_keys=module.in_keys, out_keys=[*module.out_keys, *extra]
             )
 
-    def _target_for(self, weights: Any) -> nn.Module:
-        """The module `weights` belong to: ours, or the plain module it wraps."""
-        module = self.module
+    def _target_for(self, weights: Any, module: Any) -> nn.Module:
+        """The module `weights` belong to: `module`, or the plain module it wraps."""
         is_wrapped_plain = isinstance(module, TensorDictModule) and not isinstance(
             module.module, TensorDictModuleBase
         )
@@ -83,7 +83,9 @@ class PolicyHolder:
             return module.module
         return module
 
-    def update(self, weights: Any = None, version: int | None = None) -> None:
+    def update(
+        self, weights: Any = None, version: int | None = None, policy_id: str | None = None
+    ) -> None:
         """Load new weights in place; bumps `version` (or sets it, when given).
 
         Args:
@@ -91,18 +93,28 @@ class PolicyHolder:
                 `nn.Module` of the same structure, a state dict, or a TensorDict of parameters
                 as given by `TensorDict.from_module(policy)`.
             version: the version these weights are (a parent collector numbers its updates).
+            policy_id: with `policies=`, the one policy these weights are for.
         """
         if self.module is None:
             raise RuntimeError("the collector runs random actions; it has no policy weights.")
+        module, source = self.module, self._source
+        if policy_id is not None:
+            if not isinstance(module, PolicyMap):
+                raise ValueError(
+                    f"policy_id={policy_id!r} addresses one of several policies, but this "
+                    "collector runs one policy; pass policies={...} to address them by id."
+                )
+            module = module.policy(policy_id)
+            source = None if source is None else source.policy(policy_id)
         if weights is None:
-            weights = self._source
+            weights = source
         if weights is not None:
-            self._load(weights)
+            self._load(weights, module)
         self.version = self.version + 1 if version is None else version
 
     @torch.no_grad()
-    def _load(self, weights: Any) -> None:
-        target = self._target_for(weights)
+    def _load(self, weights: Any, module: Any) -> None:
+        target = self._target_for(weights, module)
         if isinstance(weights, TensorDictBase):
             TensorDict.from_module(target).update_(weights.to(self.device))
         elif isinstance(weights, nn.Module):

@@ -107,6 +107,10 @@ class StepLimit(EnvBase):
         return self.env.reward_keys
 
     @property
+    def group_map(self) -> dict[str, list[str]]:
+        return self.env.group_map
+
+    @property
     def agents_per_step(self) -> int:
         return self.env.agents_per_step
 

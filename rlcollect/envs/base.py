@@ -112,6 +112,12 @@ class EnvBase:
         return 1
 
     @property
+    def group_map(self) -> dict[str, list[str]]:
+        """A multi-agent env's groups: group key -> the ids of its agents, in the order of the
+        group's agent dim (empty for a single-agent env)."""
+        return {}
+
+    @property
     def full_action_spec(self) -> Composite:
         """The action spec(s) under their keys, as one Composite."""
         spec = Composite(shape=self.batch_size, device=self.device)

@@ -107,6 +107,7 @@ class ParallelEnv(EnvBase):
         self._action_keys = description["action_keys"]
         self._reward_keys = description["reward_keys"]
         self._agents_per_step = description["agents_per_step"]
+        self._group_map = description["group_map"]
         self._full_action_spec = batch_spec(description["full_action_spec"], num_workers)
         frame = description["frame"]
         self._frame = frame.unsqueeze(0).expand(num_workers, *frame.batch_size).clone()
@@ -130,6 +131,10 @@ class ParallelEnv(EnvBase):
     @property
     def reward_keys(self) -> list[Any]:
         return list(self._reward_keys)
+
+    @property
+    def group_map(self) -> dict[str, list[str]]:
+        return {group: list(agents) for group, agents in self._group_map.items()}
 
     @property
     def agents_per_step(self) -> int:

@@ -81,6 +81,7 @@ def describe(env: EnvBase) -> dict[str, Any]:
         "action_keys": list(env.action_keys),
         "reward_keys": list(env.reward_keys),
         "agents_per_step": env.agents_per_step,
+        "group_map": env.group_map,
         "full_action_spec": env.full_action_spec,
         "frame": env.fake_tensordict(),
     }

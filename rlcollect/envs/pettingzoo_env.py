@@ -109,7 +109,7 @@ class PettingZooEnv(EnvBase):
                 "or pass its parallel_env() version here."
             )
         self._env = env
-        self.group_map = resolve_group_map(group_map, list(env.possible_agents))
+        self._group_map = resolve_group_map(group_map, list(env.possible_agents))
         self._categorical = categorical_actions
         self._build_specs()
         if seed is not None:
@@ -198,6 +198,10 @@ class PettingZooEnv(EnvBase):
             scratch.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
             self._scratch = scratch
         return self._scratch
+
+    @property
+    def group_map(self) -> dict[str, list[str]]:
+        return {group: list(members) for group, members in self._group_map.items()}
 
     @property
     def agents_per_step(self) -> int:

@@ -185,6 +185,10 @@ class SerialEnv(EnvBase):
         return list(self.envs[0].reward_keys)
 
     @property
+    def group_map(self) -> dict[str, list[str]]:
+        return self.envs[0].group_map
+
+    @property
     def agents_per_step(self) -> int:
         return self.envs[0].agents_per_step
 

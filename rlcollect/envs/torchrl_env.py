@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -64,6 +65,14 @@ class TorchRLEnv(EnvBase):
     @property
     def full_action_spec(self) -> Any:
         return self.env.full_action_spec
+
+    @property
+    def group_map(self) -> dict[str, list[str]]:
+        """A TorchRL multi-agent env's group map (empty without one)."""
+        group_map = getattr(self.env, "group_map", None)
+        if not isinstance(group_map, Mapping):
+            return {}
+        return {group: list(agents) for group, agents in group_map.items()}
 
     @property
     def agents_per_step(self) -> int:

@@ -71,6 +71,10 @@ class TransformedEnv(EnvBase):
         return self._base_env
 
     @property
+    def group_map(self) -> dict[str, list[str]]:
+        return self._base_env.group_map
+
+    @property
     def agents_per_step(self) -> int:
         return self._base_env.agents_per_step
 
