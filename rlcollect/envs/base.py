@@ -20,6 +20,14 @@ A subclass implements ONE face; the other is derived from it:
   private one-step carrier, so the two faces cannot drift;
 * TensorDict-first envs (TorchRL-style subclasses, TransformedEnv) override `_reset(td)` and
   `_step(td)`; their buffer face reads and writes views of the carrier.
+
+Multi-agent envs (`PettingZooEnv`, TorchRL's grouped envs) group their agents under group keys
+with an agent dim, as TorchRL does: `("agents", "observation")` is `[*env_batch, n_agents,
+*obs_shape]`, each group has its own `"action"`, `("next", group, "reward")` and per-agent
+`"done"` / `"terminated"` / `"truncated"`, and the env-level flags at the root are derived from
+the agents' (set when any agent's are). `group_map` names each group's agents in the order of
+its agent dim; `action_keys`, `reward_keys` and `done_keys` list the nested keys, and
+`agents_per_step` how many agents act at each step (what `count_steps_by="agent_steps"` counts).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlcollect import Collector, MultiSyncCollector, PolicyMap
+from rlcollect import Collector, MultiAsyncCollector, MultiSyncCollector, PolicyMap
 from rlcollect.envs import SerialEnv
 from rlcollect.envs.pettingzoo_env import PettingZooEnv
 
@@ -190,6 +190,28 @@ def test_multi_sync_collector_updates_one_policy_in_its_workers() -> None:
         assert torch.equal(prey.net.weight, Greedy(14, 2).net.weight)  # ours are untouched
     finally:
         collector.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_multi_async_collector_yields_sub_batches_per_policy() -> None:
+    predator, prey = Greedy(16, 1), Greedy(14, 2)
+    collector = MultiAsyncCollector(
+        [tag, tag],
+        policies={"predator": predator, "prey": prey},
+        policy_mapping_fn=team_of,
+        frames_per_batch=10,
+        total_frames=40,
+    )
+    try:
+        batches = list(collector)
+    finally:
+        collector.shutdown()
+    assert len(batches) == 4
+    for batch in batches:
+        assert batch["predator", "action"].shape == (10, 3)
+        with torch.no_grad():
+            expected = prey.net(batch["prey", "observation"]).argmax(-1)
+        assert torch.equal(batch["prey", "action"], expected)
 
 
 def test_policies_equal_to_groups_keep_the_envs_layout() -> None:
