@@ -36,7 +36,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
-from rlcollect.collectors.policy_map import PolicyMap, policy_or_map
+from rlcollect.collectors.policy_map import one_policy_weights, policy_or_map
 from rlcollect.collectors.profiling import ProfileConfig
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
@@ -371,33 +371,12 @@ class MultiCollectorBase(BatchIteration):
                 "construction, but this collector was built with policy_factory; pass weights."
             )
         if policy_id is not None:
-            checked = self._one_policy_weights(policy_id, given[0] if given else None)
+            current = self._weights or self._template
+            weights_given = given[0] if given else None
+            checked = one_policy_weights(self._policy, policy_id, weights_given, current)
         else:
             checked = validated_weights(source, self._template, self._transient)
         self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
-
-    def _one_policy_weights(self, policy_id: str, weights: Any) -> Weights:
-        """The weights last sent, with those of policy `policy_id` replaced by `weights` (by
-        default, read from that policy of the map this collector was given)."""
-        policy_map = self._policy
-        if not isinstance(policy_map, PolicyMap):
-            raise ValueError(
-                f"policy_id={policy_id!r} addresses one of several policies, but this "
-                "collector runs one policy; pass policies={...} to address them by id."
-            )
-        policy = policy_map.policy(policy_id)
-        prefix = f"policies.{policy_id}."
-        template = {
-            name.removeprefix(prefix): tensor
-            for name, tensor in self._template.items()
-            if name.startswith(prefix)
-        }
-        checked = validated_weights(
-            policy if weights is None else weights, template, transient_names(policy)
-        )
-        current = dict(self._weights or self._template)
-        current.update({prefix + name: tensor for name, tensor in checked.items()})
-        return current
 
     def apply_weights(
         self,

@@ -12,7 +12,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 from rlcollect.collectors.policy import extra_output_keys, resolve_policy
-from rlcollect.collectors.policy_map import PolicyMap
+from rlcollect.collectors.policy_map import policy_by_id
 
 
 def _parameter_devices(module: Any) -> set[torch.device]:
@@ -99,12 +99,7 @@ class PolicyHolder:
             raise RuntimeError("the collector runs random actions; it has no policy weights.")
         module, source = self.module, self._source
         if policy_id is not None:
-            if not isinstance(module, PolicyMap):
-                raise ValueError(
-                    f"policy_id={policy_id!r} addresses one of several policies, but this "
-                    "collector runs one policy; pass policies={...} to address them by id."
-                )
-            module = module.policy(policy_id)
+            module = policy_by_id(module, policy_id)
             source = None if source is None else source.policy(policy_id)
         if weights is None:
             weights = source
