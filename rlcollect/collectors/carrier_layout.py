@@ -142,10 +142,12 @@ class CarrierLayout:
             if self.state_keys
             else None
         )
+        # Views restart wherever a trajectory ends, a soft horizon's cut included (RLlib
+        # starts a new episode there); a recurrent state goes on through such a cut.
         self._view_writer = (
             None
             if self.views is None
-            else self.views.writer(self.carrier, self.time_dim, self._ends, self.ended_at)
+            else self.views.writer(self.carrier, self.time_dim, self._cuts, self.cut_at)
         )
 
     @classmethod
@@ -274,6 +276,10 @@ class CarrierLayout:
     def ended_at(self, t: int) -> torch.Tensor:
         """Which sub-envs ended a trajectory at step `t`, shaped as the env batch."""
         return end_of_trajectory([self._at(flag, t) for flag in self._ends], self.time_dim)
+
+    def cut_at(self, t: int) -> torch.Tensor:
+        """Which sub-envs ended a trajectory at step `t` (done, or a soft horizon's cut)."""
+        return end_of_trajectory([self._at(flag, t) for flag in self._cuts], self.time_dim)
 
     def _ended_in_batch(self) -> torch.Tensor:
         """`[n, T]`: which steps of the batch just collected ended a trajectory."""

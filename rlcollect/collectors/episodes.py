@@ -14,6 +14,12 @@ episode once it ends done. The collector then yields:
   (`[N, max_len]`, zero-padded, `("collector", "mask")`) or `"cat"` (flat, as above).
 
 Episodes still running when `total_frames` is reached are incomplete and not yielded.
+
+Each worker of a multi-process collector and each Ray actor assembles its own episodes; the
+gathering collectors (`MultiSyncCollector`, `RayCollector(sync=True)`) join one batch of each,
+whose lengths differ: flat ones concatenated along time (worker after worker), padded ones padded
+to the longest episode and concatenated along trajectories. The asynchronous ones yield each
+worker's batch as it is.
 """
 
 from __future__ import annotations

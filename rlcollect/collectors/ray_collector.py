@@ -21,11 +21,17 @@ from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.multi import UPDATE_TIMEOUT
 from rlcollect.collectors.multi_options import check_seed, episode_statistics
-from rlcollect.collectors.multi_sync import gather_batches
+from rlcollect.collectors.multi_sync import gather_batches, gather_episodes
 from rlcollect.collectors.options import BatchOptions, round_to_batches, validate_frames
 from rlcollect.collectors.ray_background import BackgroundWriting
 from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot, Call
-from rlcollect.collectors.ray_options import check_flag, check_interval, check_timeout, plan_actors
+from rlcollect.collectors.ray_options import (
+    actor_episode_layout,
+    check_flag,
+    check_interval,
+    check_timeout,
+    plan_actors,
+)
 from rlcollect.collectors.ray_weights import ActorWeights, check_update_timeout, select_actors
 from rlcollect.collectors.weight_sync import Weights
 from rlcollect.collectors.worker_pool import RESTART_ID_GAP
@@ -63,7 +69,11 @@ class RayCollector(BatchIteration):
         remote_configs: `ray.remote` options of every actor (`num_cpus`, `num_gpus`, `memory`,
             `resources`, ...), or one dict per actor; default `{"num_cpus": 1}`.
         sync: True yields `[num_collectors, *env_batch, T]` (row i from actor i); False yields
-            each actor's batch as it is ready, with `("collector", "worker_id")`.
+            each actor's batch as it is ready, with `("collector", "worker_id")`. Batches of
+            whole episodes (`batch_mode="complete_episodes"`, `trajs_per_batch`) vary in
+            length, so `sync=True` gathers them as `MultiSyncCollector` does: flat ones
+            concatenated along time (`[frames]`, actor after actor), padded ones padded to
+            the longest episode and concatenated along trajectories (`[N * actors, max_len]`).
         ray_init_config: `ray.init` arguments, used only when Ray is not initialised here:
             `{"address": "auto"}` joins the cluster `ray start --head` started.
         update_after_each_batch: send the policy's weights before every batch (the actor that
@@ -88,7 +98,9 @@ class RayCollector(BatchIteration):
         compact_obs: store observations once (see `Collector`); here, on the gathered batch.
         init_random_frames: random frames before the policy is used, shared out among actors.
         **collector_options: any other option of `collector_class` (device split,
-            `max_frames_per_traj`, `track_policy_version`, ...), for every actor.
+            `max_frames_per_traj`, `track_policy_version`, RLlib's `batch_mode`,
+            `soft_horizon`, `no_done_at_end`, `view_requirements`, ...), for every actor:
+            each actor applies them, this process gathers.
 
     Raises:
         ActorError: an actor raised (with its traceback), died, or did not answer in time;
@@ -158,6 +170,7 @@ class RayCollector(BatchIteration):
             else collector_options,
         )
         _, total_frames = validate_frames(1, total_frames)
+        self._episode_layout = actor_episode_layout(specs, self.sync)
         self.options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
@@ -249,7 +262,10 @@ class RayCollector(BatchIteration):
             self._account(slot, info)
         if self.options.replay_buffer is not None:
             return None  # the actors wrote the batch
-        return gather_batches([batch for batch, _ in results], "stack")
+        batches = [batch for batch, _ in results]
+        if self._episode_layout is None:
+            return gather_batches(batches, "stack")
+        return gather_episodes(batches, self._episode_layout)
 
     def _next_async(self) -> TensorDictBase | None:
         for slot in self.fleet.slots:
@@ -272,6 +288,14 @@ class RayCollector(BatchIteration):
         ids = torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device)
         batch.set(keys.WORKER_ID, ids)
         return batch  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        if self._episode_layout is not None:
+            raise TypeError(
+                "a collector of whole episodes has no length: how many batches it yields "
+                "depends on how long the episodes last."
+            )
+        return super().__len__()
 
     def _launch(self, slot: ActorSlot) -> None:
         """Ask `slot` for a batch unless the batches on their way reach `total_frames`."""

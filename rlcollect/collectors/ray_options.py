@@ -11,6 +11,7 @@ from typing import Any
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import MultiCollectorBase
 from rlcollect.collectors.multi_options import check_options
+from rlcollect.collectors.multi_sync import episode_layout
 from rlcollect.collectors.options import _check_int, validate_frames
 from rlcollect.collectors.ray_actor import ActorSpec
 from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
@@ -294,3 +295,21 @@ def plan_actors(
         for index, maker in enumerate(makers)
     ]
     return specs, configs
+
+
+def actor_episode_layout(specs: Sequence[ActorSpec], sync: bool) -> str | None:
+    """How the actors lay out their batches of whole episodes ("cat": flat, "padded":
+    `[N, max_len]`), or None for fixed-size batches; with `sync=True` every actor must agree,
+    since one batch of each is gathered into one."""
+    layouts = [
+        episode_layout({**getattr(spec.collector_class, "keywords", {}), **spec.collector_kwargs})
+        for spec in specs
+    ]
+    if sync and len(set(layouts)) > 1:
+        described = [layout or "fixed-size" for layout in layouts]
+        raise ValueError(
+            f"sync=True gathers one batch of every actor into one, but the actors' options "
+            f"give batches of different layouts ({described}, actor by actor); give every "
+            "actor the same batch_mode, trajs_per_batch and traj_format, or use sync=False."
+        )
+    return layouts[0]

@@ -221,8 +221,10 @@ class TrajectoryViews:
         end_flags: Sequence[torch.Tensor],
         ended_at: Callable[[int], torch.Tensor],
     ) -> ViewWriter:
-        """The per-step part over `carrier`; `end_flags` are its `("next", "done")` flags (one
-        per group) and `ended_at(t)` which sub-envs ended a trajectory at t."""
+        """The per-step part over `carrier`; `end_flags` are the flags that end a trajectory
+        (`("next", "done")`, one per group, and under a soft horizon `("next", "truncated")`:
+        RLlib starts a new episode at that cut, so the views restart as at a reset) and
+        `ended_at(t)` which sub-envs ended a trajectory at t."""
         return ViewWriter(self, carrier, time_dim, end_flags, ended_at)
 
     def batch_steps(self) -> list[Any]:

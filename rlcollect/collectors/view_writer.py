@@ -79,8 +79,8 @@ class ViewWriter:
 
     Contract: `start(t)` makes every sub-env start an episode at root `t` (a reset);
     `__call__(t)`, run right after the env step at t, writes the views at root `t + 1`
-    (restarting those of the sub-envs whose trajectory ended at t); `after(step)` composes
-    itself after an env step callable.
+    (restarting those of the sub-envs whose trajectory ended at t: done, or cut by a soft
+    horizon without a reset); `after(step)` composes itself after an env step callable.
 
     Raises:
         ValueError: at construction, when a view's source is missing from the carrier or
@@ -214,7 +214,8 @@ class ViewWriter:
 
     def _end_flag_views(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
         """`t -> flags` and the test of whether any is set: the done flag's views at every t
-        when there is one `[*B, 1]` flag (the common case), else the layout's `ended_at`.
+        when there is one `[*B, 1]` flag (the common case), else the layout's `ended_at`
+        (several groups, or done and a soft horizon's truncated).
 
         NumPy's `count_nonzero` answers in under a microsecond, `any()` in about four.
         """

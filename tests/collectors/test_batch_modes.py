@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from tensordict import TensorDictBase
@@ -335,3 +337,41 @@ def test_multi_process_workers_keep_every_episode_whole(
         for episode in episodes:
             assert_whole(episode)
             assert episode.numel() in (3, 5)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("horizon", ["soft_horizon", "no_done_at_end"])
+def test_multi_async_workers_apply_the_horizons(horizon: str, no_leftover_children: None) -> None:
+    """Soft horizon 4 on episodes of 100 steps: no reset, no done, truncated and a new id every
+    4 steps. no_done_at_end on episodes of 3: resets, truncated at the ends, never done."""
+    from rlcollect import MultiAsyncCollector
+
+    soft = horizon == "soft_horizon"
+    with MultiAsyncCollector(
+        [functools.partial(CountingEnv, episode_length=100 if soft else 3)] * 2,
+        None,
+        frames_per_batch=6,
+        total_frames=48,
+        max_frames_per_traj=4 if soft else 100,
+        **{horizon: True},
+    ) as collector:
+        batches = list(collector)
+    runs: dict[int, list[TensorDictBase]] = {}
+    for batch in batches:
+        runs.setdefault(int(batch["collector", "worker_id"][0]), []).append(batch)
+    assert sorted(runs) == [0, 1]
+    length = 4 if soft else 3
+    seen: set[int] = set()
+    for own in runs.values():
+        run = torch.cat(own, 0)  # the worker's batches, in order
+        steps = run.numel()
+        assert not bool(run["next", "done"].any())
+        assert not bool(run["next", "terminated"].any())
+        observations = [float(t if soft else t % 3) for t in range(steps)]
+        assert run["observation"].flatten().tolist() == observations
+        truncated = [t % length == length - 1 for t in range(steps)]
+        assert run["next", "truncated"].flatten().tolist() == truncated
+        ids = run["collector", "traj_ids"]
+        assert torch.equal(ids[1:] != ids[:-1], torch.tensor(truncated[:-1]))
+        assert not seen & set(ids.tolist()), "ids unique across workers"
+        seen |= set(ids.tolist())

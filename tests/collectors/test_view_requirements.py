@@ -13,7 +13,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlcollect import Collector, ViewRequirement, keys
-from rlcollect.collectors import MultiSyncCollector
+from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.envs import SerialEnv
 from rlcollect.envs.specs import Bounded
 from rlcollect.testing import CountingEnv, TensorDictCountingEnv
@@ -70,9 +70,26 @@ class Recorder:
         return torch.stack([call[name] for call in self.calls[-frames:]], dim=time_dim)
 
 
+def echo_views(observation: torch.Tensor, *views: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A policy that hands back what it read: action = (observation + 1) % 2, then the views."""
+    action = (observation.squeeze(-1).long() + 1) % 2
+    return (action, *(view.clone() for view in views))
+
+
+def echo_policy(names: list[str]) -> TensorDictModule:
+    """`echo_views` writing what it read under `seen_<view>`: a policy in another process
+    reports its inputs in the batch."""
+    return TensorDictModule(
+        echo_views,
+        in_keys=[keys.OBSERVATION, *names],
+        out_keys=[keys.ACTION, *(f"seen_{name}" for name in names)],
+    )
+
+
 def expected_view(batch: TensorDictBase, data_col: str, shift: object) -> torch.Tensor:
-    """The view, step by step: within each episode (starting at a reset), before its start the
-    first observation (observation views) or zero."""
+    """The view, step by step: within each trajectory (starting at a reset, or at a new
+    trajectory id: a soft horizon's cut), before its start the first observation (observation
+    views) or zero."""
     offsets = [shift] if isinstance(shift, int) else list(shift)
     if isinstance(shift, str):
         start, stop = map(int, shift.split(":"))
@@ -82,11 +99,12 @@ def expected_view(batch: TensorDictBase, data_col: str, shift: object) -> torch.
     steps = batch.shape[-1]
     rows = source.reshape(-1, steps, *source.shape[batch.ndim :])
     done = batch[keys.NEXT, keys.DONE].reshape(-1, steps)
+    ids = batch[keys.TRAJ_IDS].reshape(-1, steps)
     out = torch.zeros(rows.shape[0], steps, len(offsets), *rows.shape[2:], dtype=rows.dtype)
     for row in range(rows.shape[0]):
         episode_start = 0
         for t in range(steps):
-            if t > 0 and done[row, t - 1]:
+            if t > 0 and (done[row, t - 1] or ids[row, t] != ids[row, t - 1]):
                 episode_start = t
             for k, offset in enumerate(offsets):
                 u = t + offset
@@ -181,6 +199,39 @@ def test_reset_at_each_iter_restarts_the_views() -> None:
     )  # fmt: skip
     for batch in collector:
         assert batch["prev_obs"].squeeze(-1).tolist() == [[10, 10], [10, 10], [10, 11]]
+
+
+def test_soft_horizon_restarts_the_views_without_a_reset() -> None:
+    """Horizon 3 on episodes of 100 steps, batches of 6: trajectories start at steps 0, 3, 6
+    and 9 without a reset (observations 10, 11, ... go on), the cut at step 5 on a batch's
+    last step. The views restart at each cut, exactly as at a reset."""
+    views = {
+        "obs_pair": ViewRequirement(keys.OBSERVATION, shift="-2:-1"),
+        "prev_action": ViewRequirement(keys.ACTION, shift=-1),
+        "prev_reward": ViewRequirement(keys.REWARD, shift=-1),
+    }
+    recorder = Recorder(list(views))
+    collector = Collector(
+        counting_env(100), recorder.module(), frames_per_batch=6, total_frames=12,
+        max_frames_per_traj=3, soft_horizon=True, view_requirements=views,
+    )  # fmt: skip
+    data = collect_all(collector)
+    collector.shutdown()
+    assert data["observation"].flatten().tolist() == [10.0 + t for t in range(12)]
+    assert data["next", "truncated"].flatten().tolist() == [False, False, True] * 4
+    assert not bool(data["next", "done"].any())
+    assert data["action"].tolist() == [1, 0] * 6
+    obs_pair = [[10, 10], [10, 10], [10, 11], [13, 13], [13, 13], [13, 14]]  # batch 1
+    obs_pair += [[16, 16], [16, 16], [16, 17], [19, 19], [19, 19], [19, 20]]  # batch 2
+    expected = {
+        "obs_pair": obs_pair,
+        # zero at every start, where the last action (1 at steps 2 and 8) would otherwise be
+        "prev_action": [0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1],
+        "prev_reward": [0.0, 1, 1] * 4,
+    }
+    for name, values in expected.items():
+        assert data[name].squeeze(-1).tolist() == values, name
+        assert recorder.received(name, 12, 0).squeeze(-1).tolist() == values, name
 
 
 def test_space_zero_pads_other_views() -> None:
@@ -371,6 +422,47 @@ def test_multi_sync_workers_write_the_views() -> None:
     assert data.batch_size == torch.Size([2, 2, 24])
     for name, requirement in views.items():
         assert torch.equal(data[name], expected_view(data, requirement.data_col, requirement.shift))
+
+
+SOFT_HORIZON = {"max_frames_per_traj": 4, "soft_horizon": True}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children")
+@pytest.mark.parametrize("horizon", [{}, SOFT_HORIZON], ids=["episodes", "soft_horizon"])
+def test_multi_async_workers_write_the_views(horizon: dict[str, object]) -> None:
+    """Each worker's policy reads, and its batches hold, the views of its own run (episodes of
+    3 and 5 steps; with a soft horizon of 4, the 5-step episodes are cut after step 4)."""
+    names = ["obs_range", "action_pair", "reward_minus_one"]
+    views = {name: VIEWS[name] for name in names}
+    with MultiAsyncCollector(
+        [functools.partial(counting_env, [3, 5], (2,))] * 2,
+        echo_policy(names),
+        frames_per_batch=8,
+        total_frames=64,
+        view_requirements=views,
+        **horizon,
+    ) as collector:
+        batches = list(collector)
+    runs: dict[int, list[TensorDictBase]] = {}
+    for batch in batches:
+        runs.setdefault(int(batch[keys.WORKER_ID].flatten()[0]), []).append(batch)
+    assert sorted(runs) == [0, 1]
+    data = {worker: torch.cat(own, -1) for worker, own in runs.items()}  # each worker's run
+    for run in data.values():
+        for name, requirement in views.items():
+            expected = expected_view(run, requirement.data_col, requirement.shift)
+            assert torch.equal(run[name], expected), name
+            assert torch.equal(run[f"seen_{name}"], expected), name
+    longest = max(data.values(), key=lambda run: run.shape[-1])  # 4 batches of 4 steps or more
+    # by hand, the 5-step sub-env: observations 10..14; a soft cut after 13 starts a trajectory
+    # at 14 (no reset), whose views restart as after the reset that follows it (at 10)
+    assert longest["observation"][1, :6].flatten().tolist() == [10.0, 11, 12, 13, 14, 10]
+    windows = [[10, 10, 10], [10, 10, 10], [10, 10, 11], [10, 11, 12]]
+    windows += [[14, 14, 14] if horizon else [11, 12, 13], [10, 10, 10]]
+    assert longest["obs_range"][1, :6].squeeze(-1).tolist() == windows
+    rewards = [0.0, 1, 1, 1, 0, 0] if horizon else [0.0, 1, 1, 1, 1, 0]
+    assert longest["reward_minus_one"][1, :6].flatten().tolist() == rewards
 
 
 @pytest.mark.gpu
