@@ -139,7 +139,7 @@ class CollectorActor:
         self._check_restored()
         batch, frames, seconds = self._next_batch()
         if self.spec.replay_buffer is not None:
-            self.spec.replay_buffer.extend(batch)
+            self._extend(batch)
             batch = None
         version = int(getattr(self.collector, "policy_version", 0))
         return batch, {"frames": frames, "version": version, "seconds": seconds}
@@ -150,6 +150,12 @@ class CollectorActor:
         seconds = time.perf_counter() - start
         self.collect_seconds += seconds
         return batch, int(self.collector.frames) - before, seconds
+
+    def _extend(self, batch: TensorDictBase | None) -> None:
+        """Write `batch` to the buffer (None: the collector wrote it, `trajs_per_write` whole
+        episodes at a time)."""
+        if batch is not None:
+            self.spec.replay_buffer.extend(batch)
 
     def start(self, frames: int) -> None:
         """Extend the replay buffer batch after batch in the background, `frames` frames in
@@ -162,7 +168,7 @@ class CollectorActor:
 
     def _write_batch(self) -> bool:
         batch, frames, _ = self._next_batch()
-        self.spec.replay_buffer.extend(batch)
+        self._extend(batch)
         self.written += frames
         return not (self.share and self.written >= self.share)
 

@@ -23,6 +23,7 @@ from rlcollect.collectors.multi import UPDATE_TIMEOUT
 from rlcollect.collectors.multi_options import check_seed, episode_statistics
 from rlcollect.collectors.multi_sync import gather_batches, gather_episodes
 from rlcollect.collectors.options import BatchOptions, round_to_batches, validate_frames
+from rlcollect.collectors.policy_map import policy_or_map
 from rlcollect.collectors.ray_background import BackgroundWriting
 from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot, Call
 from rlcollect.collectors.ray_options import (
@@ -151,6 +152,11 @@ class RayCollector(BatchIteration):
     ) -> None:
         require_ray("RayCollector")
         # --- every argument checked before Ray starts ---
+        policy = policy_or_map(
+            policy,
+            collector_options.pop("policies", None),
+            collector_options.pop("policy_mapping_fn", None),
+        )
         self.sync = check_flag("sync", sync)
         specs, configs = plan_actors(
             create_env_fn,
@@ -342,6 +348,7 @@ class RayCollector(BatchIteration):
         policy: Any = None,
         worker_ids: int | Sequence[int] | None = None,
         timeout: float = UPDATE_TIMEOUT,
+        policy_id: str | None = None,
     ) -> None:
         """Send new weights to every actor (and their workers) and wait until all applied them.
 
@@ -349,13 +356,14 @@ class RayCollector(BatchIteration):
         as `weights=` / `policy=`); with none, they are read from the policy this collector was
         given. They are checked before anything is sent, then put into Ray's object store once;
         each actor applies them between two batches. When this returns, the next batch of every
-        leaf is produced by them and reports the new `policy_version`.
+        leaf is produced by them and reports the new `policy_version`. With `policies=`,
+        `policy_id` addresses one policy (the others keep theirs).
 
         Raises:
             ValueError: a missing or extra key, or a tensor of the wrong shape or dtype.
             ActorError: an actor did not acknowledge within `timeout` seconds (named), or failed.
         """
-        checked = self.weights.checked(policy_or_weights, weights, policy)
+        checked = self.weights.checked(policy_or_weights, weights, policy, policy_id)
         self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
 
     def apply_weights(

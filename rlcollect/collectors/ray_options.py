@@ -280,6 +280,10 @@ def plan_actors(
     if init_random_frames:  # shared out, as a multi-process collector does
         shared["init_random_frames"] = -(-int(init_random_frames) // num)
     actor_options = per_actor_options(collector_class, collector_kwargs, shared, num)
+    for kwargs in actor_options:
+        if client is not None and kwargs.get("trajs_per_write") is not None:
+            # The actor's collector writes its episodes, `trajs_per_write` at a time.
+            kwargs["replay_buffer"] = client
     configs = check_remote_configs(remote_configs, num)
     specs = [
         ActorSpec(

@@ -13,6 +13,7 @@ from typing import Any
 
 from rlcollect.collectors.multi import CHILD_TIMEOUT_SHARE, UPDATE_TIMEOUT
 from rlcollect.collectors.multi_options import weight_template
+from rlcollect.collectors.policy_map import one_policy_weights
 from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot
 from rlcollect.collectors.ray_options import choose_scheme
 from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
@@ -49,11 +50,16 @@ class ActorWeights:
         else:
             self.scheme = NoWeightSyncScheme()
         self.scheme.connect(self.template, num)
+        # What the actors hold: an update of one policy of a `PolicyMap` keeps the others'.
+        self.sent: Weights = {name: t.detach().clone() for name, t in self.template.items()}
         self.stale = [0] * num  # batches each actor collected since its weights were sent
 
-    def checked(self, policy_or_weights: Any, weights: Any, policy: Any) -> Weights:
+    def checked(
+        self, policy_or_weights: Any, weights: Any, policy: Any, policy_id: str | None = None
+    ) -> Weights:
         """The weights given (one of the three; none: the collector's policy's), validated
-        against the policy's and detached.
+        against the policy's and detached; with `policy_id`, those of one policy of a
+        `PolicyMap`, merged into what the actors hold.
 
         Raises:
             ValueError: two given, none to read, or a missing or extra key, or a tensor of the
@@ -68,6 +74,8 @@ class ActorWeights:
             raise RuntimeError(
                 "this collector runs random actions (policy=None); it has no weights to update."
             )
+        if policy_id is not None:
+            return one_policy_weights(self.policy, policy_id, next(iter(given), None), self.sent)
         source = given[0] if given else self.policy
         if source is None:
             raise ValueError(
@@ -90,6 +98,7 @@ class ActorWeights:
         if not isinstance(self.scheme, RayWeightSyncScheme):
             return
         reference = self.scheme.publish(weights)
+        self.sent = weights
         child_timeout = timeout * CHILD_TIMEOUT_SHARE
         fleet.call(slots, "apply_weights", reference, version, child_timeout, timeout=timeout)
         for slot in slots:

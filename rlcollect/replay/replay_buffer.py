@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -257,9 +257,10 @@ class ReplayBuffer:
         with self._storage.lock:
             self._sampler.update_priority(self._storage, index, priority)
 
-    def __getitem__(self, index: torch.Tensor | int) -> Any:
-        with self._storage.lock:
-            return self._storage.get(index)
+    def __getitem__(self, index: torch.Tensor | int | slice | Sequence[int]) -> Any:
+        """Items by slot, as the storage takes them: an int, a slice over the stored items, a
+        list or a 1-D tensor (under the storage's lock)."""
+        return self._storage[index]
 
     # --- housekeeping ---
 

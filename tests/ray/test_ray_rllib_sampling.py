@@ -210,3 +210,32 @@ def test_actors_policies_read_and_batches_hold_the_views(sync: bool) -> None:
         [10, 10, 10],
     ]
     assert data[0]["reward_minus_one"][0, :4].flatten().tolist() == [0.0, 1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("trajs_per_write", [1, 2])
+def test_trajs_per_write_reaches_the_buffer_whole_episodes(trajs_per_write: int) -> None:
+    """With a replay buffer, each actor's collector writes its episodes `trajs_per_write` at
+    a time (the chunking itself is tested against TorchRL locally): the buffer holds whole
+    episodes only, from both actors."""
+    from rlcollect.replay import LazyTensorStorage, RayReplayBuffer
+
+    with RayReplayBuffer(storage=LazyTensorStorage(1000)) as buffer:
+        collector = RayCollector(
+            MAKERS,
+            frames_per_batch=8,
+            total_frames=32,
+            trajs_per_batch=2,
+            traj_format="cat",
+            trajs_per_write=trajs_per_write,
+            replay_buffer=buffer,
+        )
+        with collector:
+            batches = list(collector)
+        stored = buffer[: len(buffer)]
+    assert batches
+    assert set(batches) == {None}  # the actors wrote their episodes
+    episodes = episodes_of(stored)
+    assert len(episodes) == 2 * len(batches)  # 2 whole episodes per actor batch
+    assert {len(episode) for episode in episodes} == {3, 5}
+    for episode in episodes:
+        assert_whole(episode)

@@ -106,6 +106,8 @@ def test_collector_batches_are_flattened_in_frame_order() -> None:
     batch.names = [None, "time"]
     assert buffer.extend(batch).tolist() == list(range(30))
     assert buffer[torch.arange(30)]["id"].tolist() == batch["id"].reshape(-1).tolist()
+    assert buffer[:30]["id"].tolist() == batch["id"].reshape(-1).tolist()  # as the storage
+    assert buffer[[2, 0]]["id"].tolist() == batch["id"].reshape(-1)[[2, 0]].tolist()
     sample = buffer.sample()
     assert sample.batch_size == torch.Size([8])
     assert torch.equal(sample["id"], sample["index"])
