@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -16,12 +14,14 @@ from tensordict.nn import InteractionType, set_interaction_type
 from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
-from rlcollect.collectors.devices import DeviceLike, DeviceSplit
-from rlcollect.collectors.episodes import (
-    EpisodeAssembler,
-    EpisodeMode,
-    refuse_with_whole_episodes,
+from rlcollect.collectors.collector_setup import (
+    BatchGeometry,
+    Sampling,
+    check_loop_arguments,
+    policy_from_factory,
 )
+from rlcollect.collectors.devices import DeviceLike, DeviceSplit
+from rlcollect.collectors.episodes import EpisodeAssembler
 from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import (
     BatchOptions,
@@ -34,38 +34,12 @@ from rlcollect.collectors.policy_map import bind_policy_map, policy_or_map
 from rlcollect.collectors.policy_transforms import register_policy_transforms
 from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
-from rlcollect.collectors.rllib_sampling import Horizon, frames_per_env_step
-from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
 from rlcollect.collectors.trajectory_views import TrajectoryViews
 from rlcollect.collectors.view_requirements import ViewRequirement
 from rlcollect.compact import compact_batch
 from rlcollect.envs.carrier import end_flag_keys
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
-
-
-def _policy_from_factory(policy: Any, policy_factory: Callable[[], Any] | None) -> Any:
-    """The policy, or what `policy_factory()` builds (TorchRL's `policy_factory`)."""
-    if policy_factory is None:
-        return policy
-    if policy is not None:
-        raise TypeError("policy_factory cannot be used with policy; pass one of the two.")
-    if not callable(policy_factory):
-        raise TypeError(
-            f"policy_factory must be a callable returning a policy; got {policy_factory!r}."
-        )
-    return policy_factory()
-
-
-def _check_torchrl_no_ops(use_buffers: bool | None, trust_policy: bool | None) -> None:
-    """TorchRL options that mean nothing here: accepted as no-ops where they can be."""
-    if use_buffers is False:
-        raise ValueError(
-            "use_buffers=False is not supported: the collector always writes into one "
-            "preallocated buffer (that is what makes it fast). Leave use_buffers unset or True."
-        )
-    if trust_policy not in (None, True, False):
-        raise TypeError(f"trust_policy must be True, False or None; got {trust_policy!r}.")
 
 
 class Collector(BatchIteration):
@@ -211,28 +185,19 @@ class Collector(BatchIteration):
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
         init_random_frames = optional_frames("init_random_frames", init_random_frames)
-        if reset_when_done is not True:
-            raise ValueError(
-                f"reset_when_done={reset_when_done!r} is not supported: a done sub-env is "
-                "always reset (stepping a finished Gymnasium env is undefined). Leave "
-                "reset_when_done=True."
-            )
-        if not isinstance(inference_mode, bool):
-            raise TypeError(
-                f"inference_mode must be True or False; got {inference_mode!r} "
-                f"({type(inference_mode).__name__})."
-            )
-        self.inference_mode = inference_mode
-        policy = policy_or_map(
-            _policy_from_factory(policy, policy_factory), policies, policy_mapping_fn
+        check_loop_arguments(
+            reset_when_done=reset_when_done,
+            inference_mode=inference_mode,
+            pre_collect_hook=pre_collect_hook,
+            use_buffers=use_buffers,
+            trust_policy=trust_policy,
         )
-        _check_torchrl_no_ops(use_buffers, trust_policy)
-        if pre_collect_hook is not None and not callable(pre_collect_hook):
-            raise TypeError(
-                f"pre_collect_hook must be a callable taking no argument; got {pre_collect_hook!r}."
-            )
+        self.inference_mode = inference_mode
         self._pre_collect_hook = pre_collect_hook
-        options = BatchOptions.validate(
+        policy = policy_or_map(
+            policy_from_factory(policy, policy_factory), policies, policy_mapping_fn
+        )
+        self.options = options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
             return_same_td=return_same_td,
@@ -245,100 +210,49 @@ class Collector(BatchIteration):
             track_traj_ids=track_traj_ids,
             compact_obs=compact_obs,
         )
-        self.env = register_policy_transforms(
+        env = register_policy_transforms(
             make_env(create_env_fn, create_env_kwargs), policy, auto_register_policy_transforms
         )
         self.devices = DeviceSplit.resolve(
-            env_own_device=self.env.device,
+            env_own_device=env.device,
             device=device,
             env_device=env_device,
             policy_device=policy_device,
             storing_device=storing_device,
         )
-        options.run_first(bind_policy_map(policy, self.env))
-        # The policy reads the env's own observations, not the step count added below.
-        observation_keys = self.env.observation_keys
-        self.horizon = Horizon.validate(
+        options.run_first(bind_policy_map(policy, env))
+        # The policy reads the env's own observations, not the step count a limit adds.
+        observation_keys = env.observation_keys
+        sampling = Sampling.build(
+            env,
+            max_frames_per_traj=max_frames_per_traj,
             soft_horizon=soft_horizon,
             no_done_at_end=no_done_at_end,
-            max_frames_per_traj=max_frames_per_traj,
-            env=self.env,
-        )
-        if max_frames_per_traj is not None:
-            self.env = StepLimit(self.env, max_frames_per_traj, soft=soft_horizon)
-        if set_truncated:
-            require_truncated_flag(self.env, "set_truncated=True")
-        if no_done_at_end:
-            require_truncated_flag(self.env, "no_done_at_end=True")
-        episode_mode = EpisodeMode.validate(
-            batch_mode=batch_mode,
-            trajs_per_batch=trajs_per_batch,
-            traj_format=traj_format,
-            trajs_per_write=trajs_per_write,
+            set_truncated=set_truncated,
+            episode_options={
+                "batch_mode": batch_mode,
+                "trajs_per_batch": trajs_per_batch,
+                "traj_format": traj_format,
+                "trajs_per_write": trajs_per_write,
+            },
             frames_per_batch=frames_per_batch,
             has_buffer=replay_buffer is not None,
-        )
-        refuse_with_whole_episodes(
-            episode_mode,
             return_same_td=return_same_td,
             reset_at_each_iter=reset_at_each_iter,
-            set_truncated=set_truncated,
             split_trajs=split_trajs,
-            soft_horizon=soft_horizon,
-            no_done_at_end=no_done_at_end,
         )
-        self.options = options
+        self.env, self.horizon = sampling.env, sampling.horizon
         self.worker_idx = worker_idx
         self.exploration_type = exploration_type
         self.set_truncated = set_truncated
         self.track_policy_version = track_policy_version
-
-        # A frame is an env step, or (count_steps_by="agent_steps") an agent's step.
-        self.frames_per_step = frames_per_env_step(self.env, count_steps_by)
-        batch_numel = max(1, math.prod(self.env.batch_size)) * self.frames_per_step
-        self.steps_per_batch = -(-frames_per_batch // batch_numel)
-        self.frames_per_batch = self.steps_per_batch * batch_numel
-        if self.frames_per_batch != frames_per_batch:
-            warnings.warn(
-                f"frames_per_batch={frames_per_batch} is not a multiple of the env batch "
-                f"{batch_numel}{' (sub-envs x agents)' if self.frames_per_step > 1 else ''}; "
-                f"collecting {self.frames_per_batch} frames per batch.",
-                stacklevel=2,
-            )
+        geometry = BatchGeometry.of(self.env, frames_per_batch, count_steps_by)
+        self.frames_per_step = geometry.frames_per_step
+        self.steps_per_batch = geometry.steps_per_batch
+        self.frames_per_batch = geometry.frames_per_batch
         self.total_frames = self._round_total("total_frames", total_frames)
         self.init_random_frames = self._round_total("init_random_frames", init_random_frames or 0)
-
-        views = TrajectoryViews.resolve(view_requirements, policy, self.env)
-        if views is not None:
-            options.run_first(views.batch_steps())
-            observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
-        action_keys = list(self.env.action_keys)
-        self.policy = PolicyHolder(policy, observation_keys, self.devices.policy, action_keys)
-        self.layout = CarrierLayout.build(
-            self.env,
-            self.policy,
-            self.steps_per_batch,
-            self.devices,
-            track_policy_version,
-            cut_on_truncated=soft_horizon,
-            views=views,
-        )
-        self._whole_episodes = (
-            None
-            if episode_mode is None
-            else EpisodeAssembler(episode_mode, end_flag_keys(self.env.done_keys))
-        )
-        if self.policy.module is not None and len(action_keys) == 1:
-            warn_if_action_misfits(
-                self.env.full_action_spec[action_keys[0]],
-                self.layout.carrier.get(action_keys[0]),
-                len(self.env.batch_size),
-                action_keys[0],
-            )
-        self._random_step = self.layout.random_step(self.env)
-        self._policy_step = (
-            self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
-        )
+        self._build_loop(policy, observation_keys, view_requirements, sampling, soft_horizon)
         self._trajectories = TrajectoryCounter()
         self._episodes = EpisodeTracker()
         self._background = BackgroundLoop(self._background_batch)
@@ -352,6 +266,47 @@ class Collector(BatchIteration):
         self._start_time: float | None = None
         self._frames_at_start = 0
         self._profiler: RolloutProfiler | None = None
+
+    def _build_loop(
+        self,
+        policy: Any,
+        observation_keys: list[Any],
+        view_requirements: Mapping[str, ViewRequirement] | None,
+        sampling: Sampling,
+        cut_on_truncated: bool,
+    ) -> None:
+        """The policy on its device, the carrier with the trajectory views, the per-step
+        callables, and the assembler of whole episodes."""
+        views = TrajectoryViews.resolve(view_requirements, policy, self.env)
+        if views is not None:
+            self.options.run_first(views.batch_steps())
+            observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
+        action_keys = list(self.env.action_keys)
+        self.policy = PolicyHolder(policy, observation_keys, self.devices.policy, action_keys)
+        self.layout = CarrierLayout.build(
+            self.env,
+            self.policy,
+            self.steps_per_batch,
+            self.devices,
+            self.track_policy_version,
+            cut_on_truncated=cut_on_truncated,
+            views=views,
+        )
+        mode = sampling.episode_mode
+        self._whole_episodes = (
+            None if mode is None else EpisodeAssembler(mode, end_flag_keys(self.env.done_keys))
+        )
+        if self.policy.module is not None and len(action_keys) == 1:
+            warn_if_action_misfits(
+                self.env.full_action_spec[action_keys[0]],
+                self.layout.carrier.get(action_keys[0]),
+                len(self.env.batch_size),
+                action_keys[0],
+            )
+        self._random_step = self.layout.random_step(self.env)
+        self._policy_step = (
+            self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
+        )
 
     def _round_total(self, argument: str, frames: int) -> int:
         return round_to_batches(argument, frames, self.frames_per_batch, 3)
