@@ -19,6 +19,7 @@ from rlcollect.envs import (
     ParallelEnv,
     SerialEnv,
 )
+from rlcollect.episode import Episode, EpisodeJoiner
 from rlcollect.replay import (
     LazyMemmapStorage,
     LazyTensorStorage,
@@ -53,6 +54,8 @@ __all__ = [
     "Compose",
     "DoubleToFloat",
     "EnvBase",
+    "Episode",
+    "EpisodeJoiner",
     "GymEnv",
     "GymVectorEnv",
     "InitTracker",
