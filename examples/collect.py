@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -24,14 +23,12 @@ from common.config import (
     build_partial,
     check_overrides,
     checkpoint_identity,
-    resume_path,
     resume_state,
     run_or_exit,
     validate,
 )
 from common.env_info import probe_env
 from common.recorder import RunRecorder
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from tensordict.nn import TensorDictModule
 
@@ -67,17 +64,7 @@ def train(cfg: DictConfig) -> None:
             "collector": collector.state_dict(),
         }
 
-    recorder = RunRecorder(
-        Path(HydraConfig.get().runtime.output_dir),
-        collector.total_frames,
-        collector.frames,
-        checkpoint_every=cfg.checkpoint_every,
-        title=f"collection {cfg.env.id}",
-        resumed=bool(state),
-        previous_run=resume_path(cfg).parent if state else None,
-        elapsed=float(state.get("elapsed", 0.0)),
-        progress=cfg.progress,
-    )
+    recorder = RunRecorder.for_run(cfg, collector, state, f"collection {cfg.env.id}")
 
     # --- collect ---
     start_frames, start = collector.frames, time.perf_counter()

@@ -35,7 +35,6 @@ from common.config import (
     checkpoint_identity,
     collector_has_workers,
     refuse_collector_option,
-    resume_path,
     resume_state,
     run_or_exit,
     served_by_ray,
@@ -46,7 +45,6 @@ from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
 from common.models import EpsilonGreedy
 from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -259,17 +257,8 @@ def train(cfg: DictConfig) -> None:
             f"{factor:.3g}x optim.lr to {cfg.dqn.lr_end_factor}x at {collector.total_frames}"
         )
 
-    recorder = RunRecorder(
-        Path(HydraConfig.get().runtime.output_dir),
-        collector.total_frames,
-        collector.frames,
-        extra_columns=EXTRA_COLUMNS,
-        checkpoint_every=cfg.checkpoint_every,
-        title=f"DQN {cfg.env.id}",
-        resumed=bool(state),
-        previous_run=resume_path(cfg).parent if state else None,
-        elapsed=float(state.get("elapsed", 0.0)),
-        progress=cfg.progress,
+    recorder = RunRecorder.for_run(
+        cfg, collector, state, f"DQN {cfg.env.id}", extra_columns=EXTRA_COLUMNS
     )
 
     evaluation = PeriodicEvaluation(

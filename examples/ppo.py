@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -26,7 +25,6 @@ from common.config import (
     check_overrides,
     checkpoint_identity,
     refuse_collector_option,
-    resume_path,
     resume_state,
     run_or_exit,
     validate,
@@ -35,7 +33,6 @@ from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -93,6 +90,44 @@ def ppo_loss(
         "clip_fraction": ((ratio - 1).abs() > clip).float().mean().item(),
     }
     return loss, parts
+
+
+def batch_settings(cfg: DictConfig, collector: Any, lr_schedule: Any) -> LossSettings:
+    """The loss settings for the batch just collected, the learning rate and the clip range
+    annealed to where training stands (`ppo.anneal_lr`, `ppo.anneal_clip`)."""
+    total = collector.total_frames
+    progress = (collector.frames - collector.frames_per_batch) / total if total > 0 else 0.0
+    if cfg.ppo.anneal_lr and total > 0:
+        lr_schedule.set(progress)
+    clip_factor = lr_schedule.factor(progress) if cfg.ppo.anneal_clip and total > 0 else 1.0
+    return LossSettings.from_config(cfg, clip_factor)
+
+
+def update(
+    cfg: DictConfig,
+    actor: nn.Module,
+    critic: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    transitions: TensorDictBase,
+    minibatch_size: int,
+    key: Any,
+    settings: LossSettings,
+) -> dict[str, float]:
+    """`cfg.ppo.epochs` epochs of shuffled minibatches of `transitions` (observations under
+    `key`); returns the mean of each part of the loss."""
+    sums: dict[str, float] = dict.fromkeys(LOSS_COLUMNS[:-2], 0.0)
+    updates = 0
+    for _ in range(cfg.ppo.epochs):
+        for minibatch in RolloutBuffer.iterate_minibatches(transitions, minibatch_size):
+            loss, parts = ppo_loss(actor, critic, minibatch, key, settings)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], cfg.ppo.max_grad_norm)
+            optimizer.step()
+            updates += 1
+            for name, part in parts.items():
+                sums[name] += part
+    return {name: total / updates for name, total in sums.items()}
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -166,19 +201,9 @@ def train(cfg: DictConfig) -> None:
             "optimizer": optimizer.state_dict(),
         }
 
-    total = collector.total_frames
     minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
-    recorder = RunRecorder(
-        Path(HydraConfig.get().runtime.output_dir),
-        total,
-        collector.frames,
-        extra_columns=LOSS_COLUMNS,
-        checkpoint_every=cfg.checkpoint_every,
-        title=f"PPO {cfg.env.id}",
-        resumed=bool(state),
-        previous_run=resume_path(cfg).parent if state else None,
-        elapsed=float(state.get("elapsed", 0.0)),
-        progress=cfg.progress,
+    recorder = RunRecorder.for_run(
+        cfg, collector, state, f"PPO {cfg.env.id}", extra_columns=LOSS_COLUMNS
     )
 
     for data in collector:
@@ -186,28 +211,12 @@ def train(cfg: DictConfig) -> None:
         data = gae(data)
 
         # --- update: epochs of shuffled minibatches ---
-        progress = (collector.frames - collector.frames_per_batch) / total if total > 0 else 0.0
-        if cfg.ppo.anneal_lr and total > 0:
-            lr_schedule.set(progress)
-        clip_factor = lr_schedule.factor(progress) if cfg.ppo.anneal_clip and total > 0 else 1.0
-        settings = LossSettings.from_config(cfg, clip_factor)
+        settings = batch_settings(cfg, collector, lr_schedule)
         transitions = data.select(key, *LOSS_INPUTS)  # shuffle only what the loss reads
-        sums: dict[str, float] = dict.fromkeys(LOSS_COLUMNS[:-2], 0.0)
-        updates = 0
-        for _ in range(cfg.ppo.epochs):
-            for minibatch in RolloutBuffer.iterate_minibatches(transitions, minibatch_size):
-                loss, parts = ppo_loss(actor, critic, minibatch, key, settings)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], cfg.ppo.max_grad_norm)
-                optimizer.step()
-                updates += 1
-                for name, part in parts.items():
-                    sums[name] += part
+        means = update(cfg, actor, critic, optimizer, transitions, minibatch_size, key, settings)
 
         # --- push the new weights to the collector, log, checkpoint ---
         collector.update_policy_weights_()
-        means = {name: total_value / updates for name, total_value in sums.items()}
         lr = optimizer.param_groups[0]["lr"]
         recorder.log(collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon)
         if recorder.checkpoint_due(collector.frames):

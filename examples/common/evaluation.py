@@ -23,14 +23,19 @@ def evaluate(
     episodes: int,
     seed: int | None = None,
     max_steps: int = 100_000,
+    reward_key: Any = (keys.NEXT, keys.REWARD),
 ) -> float:
     """Run `policy` greedily (interaction type DETERMINISTIC) in a fresh env from
     `env_factory` until `episodes` episodes finish, and return their mean return.
 
-    A batched env's sub-envs each contribute their share (sub-env i its first
-    `(episodes + i) // n` episodes, as SB3's `evaluate_policy`), so the short episodes that
-    end first do not crowd out the long ones. With `seed`, the env is seeded first: the same
-    policy then scores the same. Stops after `max_steps` batched steps (NaN if none finished).
+    `policy=None` acts uniformly at random (drawn from torch's generator seeded with `seed`,
+    so that a random baseline plays the same episodes as the policy it is compared with). A
+    group's reward (`("next", group, "reward")`, one per agent) counts as its mean over the
+    agents: the return per agent. A batched env's sub-envs each contribute their share
+    (sub-env i its first `(episodes + i) // n` episodes, as SB3's `evaluate_policy`), so the
+    short episodes that end first do not crowd out the long ones. With `seed`, the env is
+    seeded first: the same policy then scores the same. Stops after `max_steps` batched steps
+    (NaN if none finished).
     """
     env = env_factory()
     returns: list[float] = []
@@ -42,10 +47,12 @@ def evaluate(
         quota = torch.tensor([(episodes + i) // n for i in range(n)])
         counted = torch.zeros(n, dtype=torch.long)
         running = torch.zeros(n, dtype=torch.float64)
-        with set_interaction_type(InteractionType.DETERMINISTIC):
+        act = policy if policy is not None else env.rand_action
+        with torch.random.fork_rng(), set_interaction_type(InteractionType.DETERMINISTIC):
+            torch.manual_seed(seed if seed is not None else 0)
             for _ in range(max_steps):
-                step, root = env.step_and_maybe_reset(policy(root))
-                running += step.get((keys.NEXT, keys.REWARD)).reshape(-1).double()
+                step, root = env.step_and_maybe_reset(act(root))
+                running += step.get(reward_key).double().reshape(n, -1).mean(-1)
                 done = step.get((keys.NEXT, keys.DONE)).reshape(-1)
                 wanted = done & (counted < quota)
                 returns.extend(running[wanted].tolist())

@@ -86,6 +86,36 @@ class RunRecorder:
             disable=not progress,
         )
 
+    @classmethod
+    def for_run(
+        cls,
+        cfg: Any,
+        collector: Any,
+        state: Mapping[str, Any],
+        title: str,
+        extra_columns: Sequence[str] = (),
+    ) -> RunRecorder:
+        """The recorder of an example's run: in Hydra's output dir, counting the collector's
+        frames, carrying a resumed run's metrics and elapsed time over (`state` is the
+        checkpoint resumed from, empty for a fresh run)."""
+        from hydra.core.hydra_config import HydraConfig
+
+        from .config import resume_path
+
+        previous = resume_path(cfg) if state else None
+        return cls(
+            Path(HydraConfig.get().runtime.output_dir),
+            collector.total_frames,
+            collector.frames,
+            extra_columns=extra_columns,
+            checkpoint_every=cfg.checkpoint_every,
+            title=title,
+            resumed=bool(state),
+            previous_run=previous.parent if previous is not None else None,
+            elapsed=float(state.get("elapsed", 0.0)),
+            progress=cfg.progress,
+        )
+
     def _carry_metrics_over(self, previous_run: Path) -> None:
         """Start this run's `metrics.csv` with the rows of the run it resumes (those past its
         checkpoint are dropped by `MetricsLog`), so that one file and one plot tell the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +55,15 @@ class FrameLayout:
     """The keys, dtypes and shapes that every frame written to a storage must have.
 
     A storage learns its layout from its first write and then checks every later batch against it,
-    so that a batch with other keys or shapes is refused before anything is written.
+    so that a batch with other keys or shapes is refused before anything is written. The batch
+    dims a nested TensorDict has beyond the frame's (a group of agents' `n_agents` under
+    `"agents"`) are kept too, and samples give them back.
 
     Args:
         leaves: the leaves of one frame, in storage order.
         is_tensordict: whether frames are TensorDicts (else a single plain tensor).
+        nested_batch_shapes: the per-frame batch shape of each nested TensorDict that has one
+            (e.g. `{("agents",): (3,)}`); those without extra batch dims are left out.
 
     Examples:
         >>> import torch
@@ -72,9 +76,15 @@ class FrameLayout:
         [(5, 4), (5, 1)]
     """
 
-    def __init__(self, leaves: Sequence[LeafLayout], is_tensordict: bool) -> None:
+    def __init__(
+        self,
+        leaves: Sequence[LeafLayout],
+        is_tensordict: bool,
+        nested_batch_shapes: Mapping[Key, tuple[int, ...]] | None = None,
+    ) -> None:
         self.leaves = tuple(leaves)
         self.is_tensordict = is_tensordict
+        self.nested_batch_shapes = dict(nested_batch_shapes or {})
         self._position = {leaf.key: i for i, leaf in enumerate(self.leaves)}
 
     @classmethod
@@ -92,17 +102,22 @@ class FrameLayout:
                 "use ListStorage for arbitrary Python objects."
             )
         leaves = []
-        for key, value in data.items(include_nested=True, leaves_only=True):
+        nested_batch_shapes: dict[Key, tuple[int, ...]] = {}
+        for key, value in data.items(include_nested=True):
+            full_key = (key,) if isinstance(key, str) else tuple(key)
+            if isinstance(value, TensorDictBase):
+                if value.batch_dims > batch_dims:
+                    nested_batch_shapes[full_key] = tuple(value.batch_size[batch_dims:])
+                continue
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
                     f"entry {key!r} is a {type(value).__name__}, not a tensor; a tensor storage "
                     "only holds tensor leaves (use ListStorage for arbitrary objects)."
                 )
-            full_key = (key,) if isinstance(key, str) else tuple(key)
             leaves.append(LeafLayout(full_key, value.dtype, tuple(value.shape[batch_dims:])))
         if not leaves:
             raise ValueError("cannot store a TensorDict without any tensor entry.")
-        return cls(leaves, True)
+        return cls(leaves, True, nested_batch_shapes)
 
     def frames_of(self, data: TensorDictBase | torch.Tensor, batch_dims: int) -> list[torch.Tensor]:
         """The leaves of ``data`` in storage order, each reshaped to ``[num_frames, *shape]``.
@@ -165,7 +180,20 @@ class FrameLayout:
             for part in leaf.key[:-1]:
                 node = node.setdefault(part, {})
             node[leaf.key[-1]] = value
+        if self.nested_batch_shapes:
+            return self._nested(root, (), batch_size)
         return _build_tensordict(root, batch_size=batch_size)
+
+    def _nested(self, node: dict[str, Any], key: Key, batch_size: torch.Size) -> TensorDict:
+        """The TensorDict of `node` (at `key`), nested ones with their own batch dims."""
+        entries = {
+            name: self._nested(value, (*key, name), batch_size)
+            if isinstance(value, dict)
+            else value
+            for name, value in node.items()
+        }
+        shape = torch.Size([*batch_size, *self.nested_batch_shapes.get(key, ())])
+        return _build_tensordict(entries, batch_size=shape)
 
     def index_of(self, key: str | Key) -> int:
         """Position of ``key`` among the leaves.
@@ -186,19 +214,27 @@ class FrameLayout:
         return {
             "is_tensordict": self.is_tensordict,
             "leaves": [leaf.to_json() for leaf in self.leaves],
+            "nested_batch_shapes": [
+                {"key": list(key), "shape": list(shape)}
+                for key, shape in self.nested_batch_shapes.items()
+            ],
         }
 
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> FrameLayout:
-        """Rebuilds a layout from :meth:`to_json`'s output."""
-        return cls([LeafLayout.from_json(e) for e in entry["leaves"]], entry["is_tensordict"])
+        """Rebuilds a layout from :meth:`to_json`'s output (written without nested batch
+        shapes by earlier versions)."""
+        nested = {tuple(e["key"]): tuple(e["shape"]) for e in entry.get("nested_batch_shapes", [])}
+        leaves = [LeafLayout.from_json(e) for e in entry["leaves"]]
+        return cls(leaves, entry["is_tensordict"], nested)
 
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, FrameLayout)
             and self.leaves == other.leaves
             and self.is_tensordict == other.is_tensordict
+            and self.nested_batch_shapes == other.nested_batch_shapes
         )
 
     def __hash__(self) -> int:
-        return hash((self.leaves, self.is_tensordict))
+        return hash((self.leaves, self.is_tensordict, tuple(self.nested_batch_shapes.items())))

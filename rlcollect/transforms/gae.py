@@ -1,23 +1,16 @@
-"""Generalized advantage estimation as a batch post-processor: `GAE`."""
+"""Generalized advantage estimation as a batch post-processor: `GAE`, single- or multi-agent."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from tensordict import NestedKey, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from rlcollect.keys import (
-    ADVANTAGE,
-    DONE,
-    MASK,
-    NEXT,
-    OBSERVATION,
-    REWARD,
-    STATE_VALUE,
-    TERMINATED,
-    VALUE_TARGET,
-)
+from rlcollect.keys import MASK, NEXT, STATE_VALUE
+from rlcollect.transforms.gae_keys import GAEKeys, replaced_keys, under_next
 
 
 def _checked_fraction(name: str, value: object) -> float:
@@ -42,8 +35,17 @@ def _value_key_of(module: TensorDictModuleBase) -> NestedKey:
         return out_keys[0]
     raise TypeError(
         f"value_network must write one value entry, got out_keys={out_keys}; give it a single "
-        f'out key, or name the value "{STATE_VALUE}".'
+        f'out key, or name the value "{STATE_VALUE}" (or pick one with set_keys(value=...)).'
     )
+
+
+def _aligned_flags(flags: torch.Tensor, reward: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    """`flags` viewed to broadcast over `reward`: env-level flags `[*batch, 1]` get a unit dim
+    for each agent dim of a grouped reward `[*batch, n_agents, 1]`; per-agent flags stay."""
+    extra = reward.ndim - flags.ndim
+    if extra > 0:
+        flags = flags.reshape(*flags.shape[:batch_dims], *[1] * extra, *flags.shape[batch_dims:])
+    return flags
 
 
 def _reverse_scan(delta: torch.Tensor, discount: torch.Tensor, time_dim: int) -> torch.Tensor:
@@ -72,11 +74,17 @@ class GAE:
     batch carries a `("collector", "mask")` (a split batch), the recursion also stops before a
     padded step; entries at padded steps themselves are meaningless.
 
+    Grouped (multi-agent) batches: point the keys at the group with `set_keys`, as with TorchRL's
+    GAE. Values, advantages and value targets are then per agent (`[*B, T, n_agents, 1]`, like
+    the group's reward); done and terminated flags are either per agent (`(group, "done")`) or
+    env-level (`"done"`, `[*B, T, 1]`, the default), broadcast over the agent dim as TorchRL's
+    MAPPO example expands them.
+
     Contract: `__call__(batch)` takes a batch `[*env_batch, T]` (time last) with the value
-    network's inputs at the root and under `"next"`, `("next", "reward")`, `("next", "done")` and,
-    optionally, `("next", "terminated")` (defaults to done). It returns a shallow copy of the batch
-    with `"advantage"` and `"value_target"` (shaped like the reward) and the value under the
-    network's out key and under `("next", <out key>)`. The input batch is not modified. Values are
+    network's inputs at the root and under `"next"`, the reward and done flags under `"next"`
+    and, optionally, terminated flags (done when missing). It returns a shallow copy of the
+    batch with the advantage and value target (shaped like the reward) and the value under the
+    value key and under `("next", <value key>)`. The input batch is not modified. Values are
     computed without gradient, in one call of the network on the observations and next
     observations together.
 
@@ -86,7 +94,7 @@ class GAE:
         value_network: a `TensorDictModule` (its out key names the value, usually
             `"state_value"`) or a plain `nn.Module` mapping an `"observation"` tensor
             `[N, *obs_shape]` to values `[N, 1]`, written under `"state_value"`; or None
-            when the batch already carries `"state_value"` and `("next", "state_value")`.
+            when the batch already carries the values at the root and under `"next"`.
 
     Keyword Args:
         average_gae: standardize the advantage over the batch (mean 0, std 1; over real steps
@@ -116,6 +124,28 @@ class GAE:
         >>> out = GAE(gamma=0.99, lmbda=0.95, value_network=value_net)(batch)
         >>> out["advantage"].shape, out["value_target"].shape, out["next", "state_value"].shape
         (torch.Size([4, 10, 1]), torch.Size([4, 10, 1]), torch.Size([4, 10, 1]))
+
+        A group of 3 agents, one value per agent, env-level done flags:
+
+        >>> agents_value = TensorDictModule(
+        ...     torch.nn.Linear(3, 1), [("agents", "observation")], [("agents", "state_value")]
+        ... )
+        >>> grouped = TensorDict(
+        ...     {
+        ...         ("agents", "observation"): torch.randn(10, 3, 3),
+        ...         ("next", "agents", "observation"): torch.randn(10, 3, 3),
+        ...         ("next", "agents", "reward"): torch.randn(10, 3, 1),
+        ...         ("next", "done"): torch.zeros(10, 1, dtype=torch.bool),
+        ...     },
+        ...     batch_size=[10],
+        ... )
+        >>> gae = GAE(0.99, 0.95, agents_value).set_keys(
+        ...     reward=("agents", "reward"),
+        ...     advantage=("agents", "advantage"),
+        ...     value_target=("agents", "value_target"),
+        ... )
+        >>> gae(grouped)["agents", "advantage"].shape
+        torch.Size([10, 3, 1])
     """
 
     def __init__(
@@ -131,8 +161,8 @@ class GAE:
         self.average_gae = bool(average_gae)
         self.value_network = value_network
         self.is_tensordict_module = False
-        self.in_keys: list[NestedKey] = []
-        self.value_key: NestedKey = STATE_VALUE
+        self.keys = GAEKeys()
+        self._module_keys: tuple[list[NestedKey], list[NestedKey]] = ([], [])
         if value_network is None:
             return  # the batch brings its values, as TorchRL's GAE(value_network=None) takes
         if not isinstance(value_network, nn.Module):
@@ -140,38 +170,70 @@ class GAE:
                 f"value_network must be a TensorDictModule or an nn.Module, got "
                 f"{type(value_network).__name__}; wrap a function in an nn.Module."
             )
-        self.is_tensordict_module = isinstance(value_network, TensorDictModuleBase)
+        if isinstance(value_network, TensorDictModuleBase):
+            self.is_tensordict_module = True
+            self._module_keys = (list(value_network.in_keys), list(value_network.out_keys))
+            self.keys = GAEKeys(value=_value_key_of(value_network))
+
+    @property
+    def value_key(self) -> NestedKey:
+        """Where the value is written (or read, without a value network)."""
+        return self.keys.value
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """What the value network reads, at the root and under `"next"`."""
         if self.is_tensordict_module:
-            self.in_keys = list(value_network.in_keys)  # type: ignore[arg-type]
-            self.value_key = _value_key_of(value_network)
-        else:
-            self.in_keys = [OBSERVATION]
+            return list(self._module_keys[0])
+        return [self.keys.observation] if self.value_network is not None else []
+
+    def set_keys(self, **keys: NestedKey | Sequence[str]) -> GAE:
+        """Set the keys GAE reads and writes, by the names of TorchRL's `GAE.set_keys`
+        (`advantage`, `value_target`, `value`, `reward`, `done`, `terminated`) and
+        `observation`; see `GAEKeys`. Returns this GAE, to chain after construction.
+
+        Raises:
+            TypeError: for a name not in `GAEKeys`, or a key that is not a string or a tuple
+                of strings.
+            ValueError: for a `value` key the value network does not write.
+        """
+        checked = replaced_keys(self.keys, keys)
+        value_key = checked.value if "value" in keys else None
+        if value_key is not None and self.is_tensordict_module:
+            out_keys = self._module_keys[1]
+            if value_key not in out_keys:
+                raise ValueError(
+                    f"set_keys(value={value_key!r}): the value network writes {out_keys}; "
+                    "pass one of them, or change the network's out_keys."
+                )
+        self.keys = checked
+        return self
 
     @torch.no_grad()
     def values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """Return V(obs) and V(next_obs), each `[*batch, *value_shape]`, from one network call
-        (or, without a network, the batch's own `"state_value"` and `("next", "state_value")`).
+        (or, without a network, the batch's own values at the root and under `"next"`).
         """
         if self.value_network is None:
             return self._values_in(batch)
-        size = batch.numel()
         if self.is_tensordict_module:
+            in_keys = self.in_keys
             inputs = torch.cat(
                 [
-                    batch.select(*self.in_keys).reshape(-1),
-                    batch.get(NEXT).select(*self.in_keys).reshape(-1),
+                    batch.select(*in_keys).reshape(-1),
+                    batch.get(NEXT).select(*in_keys).reshape(-1),
                 ]
             )
             value = self.value_network(inputs).get(self.value_key)
         else:
-            observation = batch.get(OBSERVATION)
-            next_observation = batch.get((NEXT, OBSERVATION))
+            observation = self._read(batch, "observation", self.keys.observation)
+            next_observation = self._read(batch, "observation", under_next(self.keys.observation))
             feature_shape = observation.shape[batch.ndim :]
             value = self.value_network(
                 torch.cat(
                     [
-                        observation.reshape(size, *feature_shape),
-                        next_observation.reshape(size, *feature_shape),
+                        observation.reshape(batch.numel(), *feature_shape),
+                        next_observation.reshape(batch.numel(), *feature_shape),
                     ]
                 )
             )
@@ -181,15 +243,28 @@ class GAE:
         return value[0], value[1]
 
     def _values_in(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        missing = [
-            key for key in (STATE_VALUE, (NEXT, STATE_VALUE)) if batch.get(key, None) is None
-        ]
+        keys = (self.value_key, under_next(self.value_key))
+        missing = [key for key in keys if batch.get(key, None) is None]
         if missing:
             raise KeyError(
                 f"GAE(value_network=None) reads the values from the batch, which lacks "
-                f"{missing}; add them (e.g. with your value network) or pass value_network."
+                f"{missing}; add them (e.g. with your value network), pass value_network, or "
+                "point set_keys(value=...) at them."
             )
-        return batch.get(STATE_VALUE), batch.get((NEXT, STATE_VALUE))
+        return batch.get(keys[0]), batch.get(keys[1])
+
+    @staticmethod
+    def _read(batch: TensorDictBase, name: str, key: NestedKey) -> torch.Tensor:
+        """The entry at `key`, or a KeyError naming the entries of the same name there are."""
+        found = batch.get(key, None)
+        if found is not None:
+            return found
+        leaf = key[-1] if isinstance(key, tuple) else key
+        near = [k for k in batch.keys(True, True) if (k[-1] if isinstance(k, tuple) else k) == leaf]
+        raise KeyError(
+            f"GAE reads the {name} at {key!r}, which the batch lacks (its {leaf!r} entries: "
+            f"{near}); point GAE at yours with set_keys({name}=...)."
+        )
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         """Return a shallow copy of `batch` with advantage, value target and values added."""
@@ -198,30 +273,30 @@ class GAE:
                 "GAE expects a batch of shape [*env_batch, T] with time last, got batch_size=[]; "
                 "unsqueeze a single step to [1]."
             )
+        reward = self._read(batch, "reward", under_next(self.keys.reward))
         value, next_value = self.values(batch)
-        reward = batch.get((NEXT, REWARD))
         if value.shape != reward.shape:
             raise ValueError(
-                f"the value network must give one value per reward, shape {list(reward.shape)}, "
-                f"got {list(value.shape)}; make its output [..., 1] for a [..., 1] reward."
+                f"the value network must give one value per reward, shape {list(reward.shape)} "
+                f"at {under_next(self.keys.reward)!r}, got {list(value.shape)}; make its output "
+                "[..., 1] for a [..., 1] reward (per agent for a group's reward)."
             )
         advantage = self.advantage(batch, value, next_value)
         out = batch.copy()
         out.set(self.value_key, value)
-        out.set((NEXT, self.value_key), next_value)
-        out.set(VALUE_TARGET, advantage + value)
+        out.set(under_next(self.value_key), next_value)
+        out.set(self.keys.value_target, advantage + value)
         if self.average_gae:
             advantage = self._standardized(advantage, batch.get(MASK, None))
-        out.set(ADVANTAGE, advantage)
+        out.set(self.keys.advantage, advantage)
         return out
 
     def advantage(
         self, batch: TensorDictBase, value: torch.Tensor, next_value: torch.Tensor
     ) -> torch.Tensor:
         """Return the (unstandardized) advantage of `batch` given its values and next values."""
-        reward = batch.get((NEXT, REWARD))
-        done = batch.get((NEXT, DONE))
-        terminated = batch.get((NEXT, TERMINATED), done)
+        reward = self._read(batch, "reward", under_next(self.keys.reward))
+        done, terminated = self._flags(batch, reward)
         delta = reward + self.gamma * (~terminated).to(value.dtype) * next_value - value
         discount = (self.gamma * self.lmbda) * (~done).to(value.dtype)
         mask = batch.get(MASK, None)
@@ -232,6 +307,34 @@ class GAE:
                 *mask.shape, *[1] * (discount.ndim - mask.ndim)
             )
         return _reverse_scan(delta, discount, time_dim=batch.ndim - 1)
+
+    def _flags(
+        self, batch: TensorDictBase, reward: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The done and terminated flags (done when the batch has no terminated flags), each
+        broadcastable over `reward`."""
+        done = self._flag(batch, "done", reward)
+        if batch.get(under_next(self.keys.terminated), None) is None:
+            return done, done
+        return done, self._flag(batch, "terminated", reward)
+
+    def _flag(self, batch: TensorDictBase, name: str, reward: torch.Tensor) -> torch.Tensor:
+        """The flags called `name`, env-level ones viewed to broadcast over the agent dims."""
+        key = under_next(getattr(self.keys, name))
+        flags = self._read(batch, name, key)
+        aligned = _aligned_flags(flags, reward, batch.ndim)
+        try:
+            fits = torch.broadcast_shapes(aligned.shape, reward.shape) == reward.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"the {name} flags at {key!r}, shape {list(flags.shape)}, do not fit the reward "
+                f"at {under_next(self.keys.reward)!r}, shape {list(reward.shape)}: expected "
+                f"env-level flags {[*reward.shape[: batch.ndim], 1]} or per-agent flags "
+                f"{list(reward.shape)}; point set_keys({name}=...) at such flags."
+            )
+        return aligned
 
     @staticmethod
     def _standardized(advantage: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
