@@ -143,8 +143,14 @@ class EnvBase:
         for key, spec in spec_leaves(self.done_spec):
             root[key] = spec
             next_spec[key] = spec
-        next_spec[keys.REWARD] = self.reward_spec
-        root[keys.ACTION] = self.action_spec
+        # Grouped envs (and batches of them) keep their actions and rewards under the groups.
+        for key, spec in spec_leaves(self.full_action_spec):
+            root[key] = spec
+        if isinstance(self.reward_spec, Composite):
+            for key, spec in spec_leaves(self.reward_spec):
+                next_spec[key] = spec
+        else:
+            next_spec[keys.REWARD] = self.reward_spec
         root[keys.NEXT] = next_spec
         return root
 

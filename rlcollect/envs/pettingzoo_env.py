@@ -21,7 +21,7 @@ from tensordict import TensorDictBase
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.gym_spaces import spec_from_space
-from rlcollect.envs.specs import Categorical, Composite, Unbounded, spec_leaves
+from rlcollect.envs.specs import Categorical, Composite, Unbounded
 
 OBSERVATION, ACTION, REWARD = keys.OBSERVATION, keys.ACTION, keys.REWARD
 
@@ -163,22 +163,6 @@ class PettingZooEnv(EnvBase):
     @property
     def full_action_spec(self) -> Composite:
         return self._full_action_spec
-
-    @property
-    def full_spec(self) -> Composite:
-        root = Composite(shape=self.batch_size, device=self.device)
-        next_spec = Composite(shape=self.batch_size, device=self.device)
-        for source, targets in (
-            (self.observation_spec, (root, next_spec)),
-            (self.done_spec, (root, next_spec)),
-            (self._full_action_spec, (root,)),
-            (self.reward_spec, (next_spec,)),
-        ):
-            for key, leaf in spec_leaves(source):
-                for target in targets:
-                    target[key] = leaf
-        root[keys.NEXT] = next_spec
-        return root
 
     def fake_tensordict(self) -> TensorDictBase:
         """A zero-filled transition whose groups have their agent dim as a batch dim."""

@@ -85,6 +85,17 @@ def test_rollouts_equal_pettingzoos_own_loop() -> None:
             observations, _ = own.reset()
 
 
+def test_batched_pettingzoo_envs_have_a_tensordict_face() -> None:
+    """`SerialEnv` of grouped envs: actions and rewards stay under their groups in its spec."""
+    env = SerialEnv(2, functools.partial(spread_env, max_cycles=5))
+    check_env(env)
+    rollout = env.rollout(7)  # stops at the first done, after max_cycles=5 steps
+    assert rollout["agent", "action"].shape == (2, 5, 3)
+    assert rollout["next", "agent", "reward"].shape == (2, 5, 3, 1)
+    assert bool(rollout["next", "done"][:, -1].all())
+    env.close()
+
+
 def test_same_batches_as_torchrls_pettingzoo_wrapper() -> None:
     torchrl_envs = pytest.importorskip("torchrl.envs")
     torchrl_collectors = pytest.importorskip("torchrl.collectors")
