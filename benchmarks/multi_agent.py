@@ -2,7 +2,9 @@
 
 mpe2's `simple_spread_v3` (3 agents, discrete actions, 25-step episodes), one MLP shared by the
 agents (18-64-64-5, sampling its action) called once per step on the group's observations.
-Frames are env steps. Every (implementation, round) runs in its own subprocess.
+Frames are env steps. Every (implementation, round) runs in its own subprocess. The plain loop
+and TorchRL step the env PettingZoo builds; `PettingZooEnv` steps it beneath PettingZoo's two
+checking wrappers and makes their checks itself (see `unchecked_parallel_env`).
 
     python benchmarks/multi_agent.py            # 3 interleaved rounds of 5,000 frames
     python benchmarks/multi_agent.py --quick    # smoke run (1 round, 500 frames)

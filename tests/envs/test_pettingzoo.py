@@ -85,6 +85,26 @@ def test_rollouts_equal_pettingzoos_own_loop() -> None:
             observations, _ = own.reset()
 
 
+def test_stepped_beneath_the_checking_wrappers_with_their_checks_kept() -> None:
+    """PettingZoo's order-enforcing and out-of-bounds wrappers are skipped (their attribute
+    forwarding is a third of an MPE step); the env given is untouched, out-of-space actions
+    are still refused, and rollouts still equal PettingZoo's own loop (test above)."""
+    from pettingzoo.utils.wrappers import OrderEnforcingWrapper
+
+    given = spread()
+    env = PettingZooEnv(given, seed=0)
+    assert isinstance(given.aec_env, OrderEnforcingWrapper)  # not modified
+    assert type(env.pettingzoo_env.aec_env).__name__ == "raw_env"
+    env.reset()
+    bad = TensorDictModule(
+        lambda observation: torch.full(observation.shape[:-1], 7),
+        in_keys=[("agent", "observation")],
+        out_keys=[("agent", "action")],
+    )
+    with pytest.raises(ValueError, match=r"the action of 'agent_0' is 7, outside its action"):
+        Collector(env, bad, frames_per_batch=4).next()
+
+
 def test_batched_pettingzoo_envs_have_a_tensordict_face() -> None:
     """`SerialEnv` of grouped envs: actions and rewards stay under their groups in its spec."""
     env = SerialEnv(2, functools.partial(spread_env, max_cycles=5))
