@@ -29,15 +29,15 @@ from rlcollect.collectors.multi_options import (
     episode_statistics,
     in_worker_process,
     resolve_workers,
-    weight_template,
 )
 from rlcollect.collectors.options import (
     BatchOptions,
     round_to_batches,
     validate_frames,
 )
-from rlcollect.collectors.policy_map import one_policy_weights, policy_or_map
+from rlcollect.collectors.policy_map import policy_or_map
 from rlcollect.collectors.profiling import ProfileConfig
+from rlcollect.collectors.sent_weights import SentWeights
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
     NoWeightSyncScheme,
@@ -45,8 +45,6 @@ from rlcollect.collectors.weight_sync import (
     Weights,
     WeightSyncScheme,
     check_schemes,
-    transient_names,
-    validated_weights,
 )
 from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand, WorkerSpec
 from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
@@ -145,18 +143,9 @@ class MultiCollectorBase(BatchIteration):
         )
         self.num_workers = num_workers
         self.update_at_each_batch = bool(update_at_each_batch)
-        self._policy = policy
-        self._template = weight_template(policy, factories[0])
-        self._transient = transient_names(policy)
+        self.weights = SentWeights(policy, factories[0])
         self.scheme = self._choose_scheme(weight_sync_schemes)
-        self.scheme.connect(self._template, num_workers)
-        # What a restarted worker starts with: a copy, so that in-place training of the
-        # parent's policy reaches no worker before update_policy_weights_.
-        self._weights: Weights | None = (
-            {name: tensor.detach().clone() for name, tensor in self._template.items()}
-            if policy is not None and self._template
-            else None
-        )
+        self.scheme.connect(self.weights.template, num_workers)
         self.policy_version = 0
         self._frames = 0
         # Frames each worker wrote to the replay buffer (they count; this process reads).
@@ -200,7 +189,7 @@ class MultiCollectorBase(BatchIteration):
             restart_dead_workers=restart_dead_workers,
             startup_timeout=startup_timeout,
             on_failure=self.shutdown,
-            current_weights=lambda: (self._weights, self.policy_version),
+            current_weights=lambda: (self.weights.current, self.policy_version),
             frames_written=self._frames_written,
         )
         self.frames_per_batch = self._batch_frames()
@@ -272,7 +261,7 @@ class MultiCollectorBase(BatchIteration):
         chosen = check_schemes("weight_sync_schemes", schemes).get(POLICY_MODEL_ID)
         if chosen is not None:
             return chosen
-        return SharedMemWeightSyncScheme() if self._template else NoWeightSyncScheme()
+        return SharedMemWeightSyncScheme() if self.weights.template else NoWeightSyncScheme()
 
     def _batch_frames(self) -> int:
         """Frames the collector hands out per batch (subclasses: per gathered batch)."""
@@ -355,27 +344,7 @@ class MultiCollectorBase(BatchIteration):
             WorkerError: a worker did not acknowledge within `timeout` seconds (the error names
                 its path, e.g. `worker 1 -> worker 0`) or failed.
         """
-        given = [value for value in (policy_or_weights, weights, policy) if value is not None]
-        if len(given) > 1:
-            raise ValueError(
-                "update_policy_weights_ takes one of policy_or_weights, weights and policy."
-            )
-        source = given[0] if given else self._policy
-        if not self._template:
-            raise RuntimeError(
-                "this collector runs random actions (policy=None); it has no weights to update."
-            )
-        if source is None:
-            raise ValueError(
-                "update_policy_weights_() without weights reads them from the policy given at "
-                "construction, but this collector was built with policy_factory; pass weights."
-            )
-        if policy_id is not None:
-            current = self._weights or self._template
-            weights_given = given[0] if given else None
-            checked = one_policy_weights(self._policy, policy_id, weights_given, current)
-        else:
-            checked = validated_weights(source, self._template, self._transient)
+        checked = self.weights.checked(policy_or_weights, weights, policy, policy_id)
         self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
 
     def apply_weights(
@@ -392,7 +361,7 @@ class MultiCollectorBase(BatchIteration):
         if not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
         slots = self._select(worker_ids)
-        self._weights = {name: tensor.detach().clone() for name, tensor in weights.items()}
+        self.weights.record(weights)
         self.policy_version = version
         if not self.scheme.sends_weights:
             return

@@ -95,7 +95,7 @@ class MultiAsyncCollector(MultiCollectorBase):
         slot = self.pool.await_first_batch(order)
         self._turn = (slot.index + 1) % self.num_workers
         batch = self._take(slot)
-        if self.update_at_each_batch and self._policy is not None and self._template:
+        if self.update_at_each_batch and self.weights.readable:
             self.update_policy_weights_(worker_ids=slot.index)
         if not self.is_done:
             self._launch(slot)

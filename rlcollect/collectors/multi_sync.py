@@ -135,7 +135,7 @@ class MultiSyncCollector(MultiCollectorBase):
         if self.is_done:
             raise StopIteration
         self._before_batch()
-        if self.update_at_each_batch and self._policy is not None and self._template:
+        if self.update_at_each_batch and self.weights.readable:
             self.update_policy_weights_()
         slots = self.pool.slots
         self.pool.request(slots, WorkerCommand.COLLECT)

@@ -12,16 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlcollect.collectors.multi import CHILD_TIMEOUT_SHARE, UPDATE_TIMEOUT
-from rlcollect.collectors.multi_options import weight_template
-from rlcollect.collectors.policy_map import one_policy_weights
 from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot
 from rlcollect.collectors.ray_options import choose_scheme
 from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
+from rlcollect.collectors.sent_weights import SentWeights
 from rlcollect.collectors.weight_sync import (
     NoWeightSyncScheme,
     Weights,
-    transient_names,
-    validated_weights,
 )
 
 
@@ -42,47 +39,20 @@ class ActorWeights:
         weight_sync_schemes: Mapping[str, Any] | None,
         num: int,
     ) -> None:
-        self.policy = policy
-        self.template = weight_template(policy, policy_factory)
-        self.transient = transient_names(policy)
+        self.sent = SentWeights(policy, policy_factory)
+        self.policy, self.template = policy, self.sent.template
         if weight_sync_schemes or self.template:
             self.scheme = choose_scheme(weight_sync_schemes)
         else:
             self.scheme = NoWeightSyncScheme()
         self.scheme.connect(self.template, num)
-        # What the actors hold: an update of one policy of a `PolicyMap` keeps the others'.
-        self.sent: Weights = {name: t.detach().clone() for name, t in self.template.items()}
         self.stale = [0] * num  # batches each actor collected since its weights were sent
 
     def checked(
         self, policy_or_weights: Any, weights: Any, policy: Any, policy_id: str | None = None
     ) -> Weights:
-        """The weights given (one of the three; none: the collector's policy's), validated
-        against the policy's and detached; with `policy_id`, those of one policy of a
-        `PolicyMap`, merged into what the actors hold.
-
-        Raises:
-            ValueError: two given, none to read, or a missing or extra key, or a tensor of the
-                wrong shape or dtype.
-        """
-        given = [value for value in (policy_or_weights, weights, policy) if value is not None]
-        if len(given) > 1:
-            raise ValueError(
-                "update_policy_weights_ takes one of policy_or_weights, weights and policy."
-            )
-        if not self.template:
-            raise RuntimeError(
-                "this collector runs random actions (policy=None); it has no weights to update."
-            )
-        if policy_id is not None:
-            return one_policy_weights(self.policy, policy_id, next(iter(given), None), self.sent)
-        source = given[0] if given else self.policy
-        if source is None:
-            raise ValueError(
-                "update_policy_weights_() without weights reads them from the policy given at "
-                "construction, but this collector was built with policy_factory; pass weights."
-            )
-        return validated_weights(source, self.template, self.transient)
+        """See `SentWeights.checked`."""
+        return self.sent.checked(policy_or_weights, weights, policy, policy_id)
 
     def send(
         self,
@@ -98,7 +68,7 @@ class ActorWeights:
         if not isinstance(self.scheme, RayWeightSyncScheme):
             return
         reference = self.scheme.publish(weights)
-        self.sent = weights
+        self.sent.record(weights)
         child_timeout = timeout * CHILD_TIMEOUT_SHARE
         fleet.call(slots, "apply_weights", reference, version, child_timeout, timeout=timeout)
         for slot in slots:
