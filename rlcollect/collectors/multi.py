@@ -26,6 +26,7 @@ from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.multi_options import (
     check_options,
     check_seed,
+    check_worker_arguments,
     episode_statistics,
     in_worker_process,
     resolve_workers,
@@ -110,23 +111,13 @@ class MultiCollectorBase(BatchIteration):
         env_makers, num_workers = resolve_workers(create_env_fn, num_workers)
         per_worker_frames = self._split_frames(frames_per_batch, num_workers)
         _, total_frames = validate_frames(1, total_frames)
-        if worker_timeout is not None and not worker_timeout > 0:
-            raise ValueError(
-                f"worker_timeout={worker_timeout!r} must be a positive number of seconds, or None."
-            )
-        if policy is not None and policy_factory is not None:
-            raise ValueError("pass policy or policy_factory, not both.")
-        if isinstance(num_sub_threads, bool) or not isinstance(num_sub_threads, int):
-            raise TypeError(f"num_sub_threads must be an int >= 1; got {num_sub_threads!r}.")
-        if num_sub_threads < 1:
-            raise ValueError(f"num_sub_threads={num_sub_threads} must be at least 1.")
-        factories = per_worker("policy_factory", policy_factory, num_workers)
-        for factory in factories:
-            if factory is not None and not callable(factory):
-                raise TypeError(
-                    f"policy_factory must be a callable returning a policy (or one per worker); "
-                    f"got {factory!r}."
-                )
+        factories = check_worker_arguments(
+            policy=policy,
+            policy_factory=policy_factory,
+            num_workers=num_workers,
+            worker_timeout=worker_timeout,
+            num_sub_threads=num_sub_threads,
+        )
         check_options(collector_class, collector_options)
         self._options_given = dict(collector_options)
         self.options = BatchOptions.validate(

@@ -14,6 +14,7 @@ from torch import nn
 from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.options import _check_int
 from rlcollect.collectors.weight_sync import Weights, flat_weights
+from rlcollect.envs.serial import per_worker
 
 
 def accepted_options(collector_class: Any) -> set[str] | None:
@@ -61,6 +62,36 @@ def resolve_workers(create_env_fn: Any, num_workers: int | None) -> tuple[list[A
     if num_workers < 1:
         raise ValueError(f"num_workers={num_workers} must be at least 1.")
     return [create_env_fn] * num_workers, num_workers
+
+
+def check_worker_arguments(
+    *,
+    policy: Any,
+    policy_factory: Any,
+    num_workers: int,
+    worker_timeout: Any,
+    num_sub_threads: Any,
+) -> list[Callable[[], Any] | None]:
+    """The arguments of a multi-process collector that concern its workers, checked; returns
+    each worker's policy factory (None where the policy itself is sent)."""
+    if worker_timeout is not None and not worker_timeout > 0:
+        raise ValueError(
+            f"worker_timeout={worker_timeout!r} must be a positive number of seconds, or None."
+        )
+    if policy is not None and policy_factory is not None:
+        raise ValueError("pass policy or policy_factory, not both.")
+    if isinstance(num_sub_threads, bool) or not isinstance(num_sub_threads, int):
+        raise TypeError(f"num_sub_threads must be an int >= 1; got {num_sub_threads!r}.")
+    if num_sub_threads < 1:
+        raise ValueError(f"num_sub_threads={num_sub_threads} must be at least 1.")
+    factories = per_worker("policy_factory", policy_factory, num_workers)
+    for factory in factories:
+        if factory is not None and not callable(factory):
+            raise TypeError(
+                f"policy_factory must be a callable returning a policy (or one per worker); "
+                f"got {factory!r}."
+            )
+    return factories
 
 
 def weight_template(policy: Any, policy_factory: Callable[[], Any] | None) -> Weights:
