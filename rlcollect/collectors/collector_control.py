@@ -1,0 +1,200 @@
+"""The `Collector`'s controls around its rollout loop: weights, checkpoints, seeding,
+profiling and statistics.
+
+`CollectorControl` holds what a user (or a parent collector) does between batches; the
+`Collector` subclass holds the loop. Every control that changes what the loop uses checks
+first that no batch is being collected in the background.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rlcollect.collectors.background import BackgroundLoop
+from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
+from rlcollect.collectors.iteration import BatchIteration
+from rlcollect.collectors.options import BatchOptions
+from rlcollect.collectors.policy_weights import PolicyHolder
+from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.errors import MisuseError
+
+
+class CollectorControl(BatchIteration):
+    """Weights, state, seeding, profiling and statistics of a `Collector` (see there)."""
+
+    # Set by `Collector.__init__`.
+    env: Any
+    policy: PolicyHolder
+    options: BatchOptions
+    worker_idx: int | None
+    frames: int
+    iterations: int
+    total_frames: int
+    frames_per_batch: int
+    _background: BackgroundLoop
+    _trajectories: TrajectoryCounter
+    _episodes: EpisodeTracker
+    _needs_reset: bool
+    _start_time: float | None
+    _frames_at_start: int
+    _profiler: RolloutProfiler | None
+
+    def _check_idle(self, action: str) -> None:
+        if self._background.is_busy:
+            raise MisuseError(
+                f"{action} cannot run while the collector fills its buffer in the background; "
+                "call it inside `with collector.pause():` or after async_shutdown()."
+            )
+
+    # --- weights ----------------------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        """How many times the policy weights were updated."""
+        return self.policy.version
+
+    def update_policy_weights_(
+        self,
+        policy_or_weights: Any = None,
+        *,
+        weights: Any = None,
+        policy: Any = None,
+        policy_id: str | None = None,
+    ) -> None:
+        """Load new policy weights (a module, a state dict or a TensorDict of parameters).
+
+        As in TorchRL, they come positionally or as `weights=` / `policy=`, one of the three.
+        With none, the weights are copied again from the policy the collector was given
+        (useful when the collector holds a copy on another device). With `policies=`,
+        `policy_id` addresses one policy (the others keep theirs); without it the weights are
+        those of the whole map (`"policies.<id>.<name>"`).
+        """
+        given = {
+            name: value
+            for name, value in (
+                ("policy_or_weights", policy_or_weights),
+                ("weights", weights),
+                ("policy", policy),
+            )
+            if value is not None
+        }
+        if len(given) > 1:
+            raise ValueError(
+                f"update_policy_weights_ takes one of policy_or_weights, weights and policy; "
+                f"got {sorted(given)}."
+            )
+        self.policy.update(next(iter(given.values()), None), policy_id=policy_id)
+
+    def apply_weights(self, weights: Any, version: int, timeout: float | None = None) -> None:
+        """Load weights sent by a parent collector, as policy version `version` (between
+        batches: a worker calls it when its update command arrives). `timeout` is unused
+        here; a collector with workers of its own waits that long for them."""
+        if self._background.is_busy:
+            with self._background.pause():
+                self.policy.update(weights, version)
+        else:
+            self.policy.update(weights, version)
+
+    def assign_trajectory_ids(self, offset: int, stride: int) -> None:
+        """Draw trajectory ids from `offset + k * stride` (a parent gives each worker its
+        own progression, so that ids are unique across all workers)."""
+        self._trajectories.offset, self._trajectories.stride = offset, stride
+
+    def _poll_weight_schemes(self) -> None:
+        for scheme in self.options.weight_recv_schemes.values():
+            weights = scheme.receive()
+            if weights is not None:
+                self.policy.update(weights)
+
+    # --- checkpoints, seeding, statistics ---------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Frames, iterations, the trajectory counter, policy weights, env state and the
+        finished-episode statistics of `stats()`."""
+        state: dict[str, Any] = {
+            "frames": self.frames,
+            "iterations": self.iterations,
+            "next_traj_id": self._trajectories.next_id,
+            "policy_version": self.policy.version,
+            "policy_state_dict": self.policy.state_dict(),
+            "episode_stats": self._episodes.state_dict(),
+        }
+        if hasattr(self.env, "state_dict"):
+            state["env_state_dict"] = self.env.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`: counters go on, no trajectory id is reused."""
+        self._check_idle("load_state_dict()")
+        self.frames = self._frames_at_start = int(state["frames"])
+        self.iterations = int(state["iterations"])
+        self._trajectories.next_id = max(self._trajectories.next_id, int(state["next_traj_id"]))
+        self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
+        if "env_state_dict" in state and hasattr(self.env, "load_state_dict"):
+            self.env.load_state_dict(state["env_state_dict"])
+        if "episode_stats" in state:  # absent from checkpoints of earlier versions
+            self._episodes.load_state_dict(state["episode_stats"])
+        self._needs_reset = True
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the env (sub-env i gets `seed + i`); the next batch starts from a reset."""
+        self._check_idle("set_seed()")
+        self._needs_reset = True
+        return self.env.set_seed(seed)
+
+    def reset(self) -> None:
+        """Start new trajectories: the next batch begins with an env reset."""
+        self._check_idle("reset()")
+        self._needs_reset = True
+
+    def stats(self) -> dict[str, float]:
+        """Frames, batches, frames/s, episodes finished, and the mean episode return twice: over
+        the episodes finished in the last batch that finished any (`mean_episode_return`), and
+        over the last 100 finished episodes (`mean_return_last_100`, as SB3's `ep_rew_mean`);
+        also TorchRL's `total_frames`, `completed`, `requested_frames_per_batch` and
+        `policy_version`."""
+        elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
+        collected = self.frames - self._frames_at_start
+        return {
+            "frames": self.frames,
+            "batches": self.iterations,
+            "frames_per_second": collected / elapsed if elapsed > 0 else 0.0,
+            "episodes": self._episodes.episodes,
+            "mean_episode_return": self._episodes.mean_return,
+            "mean_return_last_100": self._episodes.recent_mean_return,
+            # TorchRL's entries, for code written against its stats()
+            "total_frames": self.total_frames,
+            "completed": self.is_done,
+            "requested_frames_per_batch": self.frames_per_batch,
+            "policy_version": self.policy.version,
+        }
+
+    # --- profiling --------------------------------------------------------------------------------
+
+    def enable_profile(self, **options: Any) -> None:
+        """Profile the next batches with PyTorch's profiler, as TorchRL's `enable_profile`:
+        `num_rollouts=3` batches of which `warmup_rollouts=1` warm up, the trace exported to
+        `save_path` (default `./collector_profile_{worker_idx}.json`) or handed to
+        `on_trace_ready`; also `activities`, `record_shapes`, `profile_memory`, `with_stack`,
+        `with_flops`. `workers` is for multi-process collectors and ignored here."""
+        self.profile_with(ProfileConfig(**options))
+
+    def profile_with(self, config: ProfileConfig) -> None:
+        """`enable_profile` with its options checked (a multi-process parent sends these)."""
+        self._check_idle("enable_profile()")
+        self.disable_profile()
+        self._profiler = RolloutProfiler(config, self.worker_idx or 0)
+
+    def disable_profile(self) -> None:
+        """Stop profiling now (what was recorded is exported); a no-op when not profiling."""
+        if self._profiler is not None:
+            self._profiler.stop()
+            self._profiler = None
+
+    @property
+    def profile_config(self) -> ProfileConfig | None:
+        """The running profiling session's options, or None."""
+        profiler = self._profiler
+        return None if profiler is None or profiler.done else profiler.config
