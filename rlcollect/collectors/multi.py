@@ -7,7 +7,6 @@ back. `MultiSyncCollector` and `MultiAsyncCollector` differ only in how they gat
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 import os
@@ -22,12 +21,10 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.collector import Collector
-from rlcollect.collectors.iteration import BatchIteration
+from rlcollect.collectors.multi_control import MultiCollectorControl
 from rlcollect.collectors.multi_options import (
     check_options,
-    check_seed,
     check_worker_arguments,
-    episode_statistics,
     in_worker_process,
     resolve_workers,
 )
@@ -37,7 +34,6 @@ from rlcollect.collectors.options import (
     validate_frames,
 )
 from rlcollect.collectors.policy_map import policy_or_map
-from rlcollect.collectors.profiling import ProfileConfig
 from rlcollect.collectors.sent_weights import SentWeights
 from rlcollect.collectors.weight_sync import (
     POLICY_MODEL_ID,
@@ -47,7 +43,7 @@ from rlcollect.collectors.weight_sync import (
     WeightSyncScheme,
     check_schemes,
 )
-from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand, WorkerSpec
+from rlcollect.collectors.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
 from rlcollect.envs.serial import per_worker
 from rlcollect.envs.worker_process import worker_context
@@ -68,7 +64,7 @@ UPDATE_TIMEOUT = 30.0
 CHILD_TIMEOUT_SHARE = 0.8
 
 
-class MultiCollectorBase(BatchIteration):
+class MultiCollectorBase(MultiCollectorControl):
     """Runs one collector per worker process; subclasses gather their batches.
 
     See `MultiSyncCollector` for the arguments. Workers are started at construction (in
@@ -285,14 +281,6 @@ class MultiCollectorBase(BatchIteration):
         """
         raise NotImplementedError
 
-    def _check_idle(self, action: str) -> None:
-        """Refuse what would race the workers' background collection (as `Collector` does)."""
-        if self._in_background and not self._pauses:
-            raise MisuseError(
-                f"{action} cannot run while the workers fill the buffer in the background; "
-                "call it inside `with collector.pause():` or after async_shutdown()."
-            )
-
     def _before_batch(self) -> None:
         self.pool.check_open()
         self._check_idle("next()")
@@ -431,20 +419,6 @@ class MultiCollectorBase(BatchIteration):
         if close_env:
             self.shutdown()
 
-    # --- state and control ----------------------------------------------------------------------
-
-    def set_seed(self, seed: int) -> int:
-        """Seed the workers in a chain (worker i + 1 gets what worker i returns), so every
-        worker is seeded apart and the same seed gives the same batches; returns the next
-        seed. Each worker's next batch starts from a reset."""
-        self._check_idle("set_seed()")
-        seed = check_seed(seed)
-        for slot in self.pool.slots:
-            slot.seed = seed
-            (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
-            seed = SEED_REPLY.unpack(reply)[0]
-        return seed
-
     def __len__(self) -> int:
         if self._options_given.get("trajs_per_batch") is not None or (
             self._options_given.get("batch_mode") == "complete_episodes"
@@ -454,127 +428,6 @@ class MultiCollectorBase(BatchIteration):
                 "depends on how long the episodes last."
             )
         return super().__len__()
-
-    def enable_profile(self, *, workers: Sequence[int] | None = None, **options: Any) -> None:
-        """Profile the next batches of `workers` (default `[0]`) in their own processes, as
-        TorchRL's `enable_profile`; each exports its trace to `save_path` with `{worker_idx}`
-        filled in (see `Collector.enable_profile` for the options)."""
-        self._check_idle("enable_profile()")
-        chosen = [0] if workers is None else list(workers)
-        bad = [index for index in chosen if not 0 <= index < len(self.pool.slots)]
-        if bad:
-            raise ValueError(
-                f"enable_profile workers={chosen} names workers {bad} that do not exist; this "
-                f"collector has workers 0..{len(self.pool.slots) - 1}."
-            )
-        config = ProfileConfig(workers=chosen, **options)
-        for index in chosen:  # each worker's trace path names its index here
-            own = dataclasses.replace(config, save_path=config.trace_path(index))
-            slot = self.pool.slots[index]
-            self.pool.request([slot], WorkerCommand.PROFILE, payload=pickle.dumps(own))
-
-    def profile_with(self, config: ProfileConfig) -> None:
-        """As a worker of a parent collector: profile this collector's first worker."""
-        self.pool.request(self.pool.slots[:1], WorkerCommand.PROFILE, payload=pickle.dumps(config))
-
-    def disable_profile(self) -> None:
-        """Stop profiling in every worker (what was recorded is exported)."""
-        if self.pool.is_open:
-            self.pool.request(self.pool.slots, WorkerCommand.PROFILE)
-
-    def reset(self) -> None:
-        """Every worker starts new trajectories at its next batch."""
-        self._check_idle("reset()")
-        self.pool.request(self.pool.slots, WorkerCommand.RESET)
-
-    def assign_trajectory_ids(self, offset: int, stride: int) -> None:
-        """Draw trajectory ids from `offset + k * stride`, shared out among the workers."""
-        for slot in self.pool.slots:
-            # Worker i of W draws from offset + (i + k W) * stride.
-            worker_ids = (offset + slot.index * stride, stride * self.num_workers)
-            self.pool.specs[slot.index].trajectory_ids = worker_ids
-            payload = pickle.dumps(worker_ids)
-            self.pool.request([slot], WorkerCommand.TRAJECTORY_IDS, 0, payload)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Counters, the policy version and every worker's own state (after
-        `async_shutdown()`, the state the workers ended with)."""
-        if self._final is not None and not self.pool.is_open:
-            return self._final[0]
-        replies = self.pool.request(self.pool.slots, WorkerCommand.STATE_DICT)
-        return {
-            "frames": self.frames,
-            "iterations": self.iterations,
-            "policy_version": self.policy_version,
-            "workers": [pickle.loads(reply) for reply in replies],
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from `state_dict()`, worker by worker."""
-        self._check_idle("load_state_dict()")
-        missing = {"frames", "iterations", "policy_version", "workers"} - set(state)
-        if missing:
-            raise KeyError(
-                f"the state lacks {sorted(missing)}; pass what this collector's state_dict() "
-                "returned."
-            )
-        workers = state["workers"]
-        if len(workers) != self.num_workers:
-            raise ValueError(
-                f"the state holds {len(workers)} workers; this collector has {self.num_workers}."
-            )
-        for slot, worker_state in zip(self.pool.slots, workers, strict=True):
-            self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))
-        self._buffer_frames = int(self._frames_written.sum())
-        self._frames = int(state["frames"]) - self._buffer_frames
-        self.iterations = int(state["iterations"])
-        self.policy_version = int(state["policy_version"])
-
-    def stats(self) -> dict[str, Any]:
-        """Frames, batches, frames/s, the policy version and, per worker: its pid, whether it is
-        alive, frames, restarts, policy version, and its own statistics (with its workers',
-        for a worker that has workers). After `async_shutdown()`, those it ended with."""
-        if self._final is not None and not self.pool.is_open:
-            return self._final[1]
-        replies = self.pool.request(self.pool.slots, WorkerCommand.STATS)
-        elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
-        workers = []
-        for slot, reply in zip(self.pool.slots, replies, strict=True):
-            collector = pickle.loads(reply)
-            workers.append(
-                {
-                    "pid": slot.handle.pid,
-                    "alive": self.pool.alive(slot),
-                    # What it handed back, or what it wrote to the buffer in the background.
-                    "frames": max(slot.frames, int(collector["frames"])),
-                    "restarts": slot.restarts,
-                    "policy_version": slot.policy_version,
-                    "collector": collector,
-                }
-            )
-        return {
-            "frames": self.frames,
-            "total_frames": self.total_frames,
-            "batches": self.iterations,
-            "completed": self.is_done,
-            "requested_frames_per_batch": self.frames_per_batch,
-            "frames_per_second": self.frames / elapsed if elapsed > 0 else 0.0,
-            "policy_version": self.policy_version,
-            **episode_statistics([worker["collector"] for worker in workers]),
-            "workers": workers,
-        }
-
-    def process_ids(self) -> list[int]:
-        """Every process below this collector: its workers and, recursively, theirs."""
-        pids: list[int] = []
-
-        def walk(stats: Mapping[str, Any]) -> None:
-            for worker in stats.get("workers", ()):
-                pids.append(worker["pid"])
-                walk(worker["collector"])
-
-        walk(self.stats())
-        return pids
 
     def shutdown(self, close_env: bool = True) -> None:
         """Stop every worker and release the shared memory; bounded in time, idempotent."""
