@@ -1,0 +1,142 @@
+"""The Ray collector's controls between batches: seeding, resets, checkpoints and statistics,
+each a call to every actor.
+
+`RayCollectorControl` holds them; `RayCollector` (ray_collector.py) holds the actors' start,
+the gathering of their batches, weights and background writing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rlcollect.collectors.iteration import BatchIteration
+from rlcollect.collectors.multi_options import check_seed, episode_statistics
+from rlcollect.collectors.ray_background import BackgroundWriting
+from rlcollect.collectors.ray_fleet import ActorFleet
+from rlcollect.errors import MisuseError
+
+
+class RayCollectorControl(BatchIteration):
+    """Seeding, resets, checkpoints and statistics of a `RayCollector` (see there)."""
+
+    # Set by `RayCollector.__init__`.
+    fleet: ActorFleet
+    background: BackgroundWriting
+    num_collectors: int
+    iterations: int
+    policy_version: int
+    total_frames: int
+    frames_per_batch: int
+    _frames: int
+    _seeds: list[int | None]
+    _start_time: float | None
+    _final: tuple[dict[str, Any], dict[str, Any]] | None
+
+    def _check_open(self) -> None:
+        if not self.fleet.is_open:
+            raise MisuseError("the collector is shut down; build a new one.")
+
+    def _check_idle(self, action: str) -> None:
+        if self.background.is_busy:
+            raise MisuseError(
+                f"{action} cannot run while the actors fill the buffer in the background; "
+                "call it inside `with collector.pause():` or after async_shutdown()."
+            )
+
+    # --- state and control ----------------------------------------------------------------------
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the actors in a chain (actor i + 1 gets what actor i returns), so every actor is
+        seeded apart and the same seed gives the same batches; returns the next seed."""
+        self._check_open()
+        self._check_idle("set_seed()")
+        seed = check_seed(seed)
+        for slot in self.fleet.slots:
+            self._seeds[slot.index] = seed
+            (seed,) = self.fleet.call([slot], "set_seed", seed, fatal=False)
+        return seed
+
+    def reset(self) -> None:
+        """Every actor starts new trajectories at its next batch."""
+        self._check_open()
+        self._check_idle("reset()")
+        self.fleet.call(self.fleet.slots, "reset", fatal=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the policy version and every actor's collector state (after
+        `async_shutdown()`, the state it ended with)."""
+        if self._final is not None and not self.fleet.is_open:
+            return self._final[0]
+        self._check_open()
+        states = self.fleet.call(self.fleet.slots, "state_dict", fatal=False)
+        return {
+            "frames": self.frames,
+            "iterations": self.iterations,
+            "policy_version": self.policy_version,
+            "collectors": states,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`, actor by actor (a later restart starts from the weights
+        of the last `update_policy_weights_`)."""
+        self._check_open()
+        self._check_idle("load_state_dict()")
+        missing = {"frames", "iterations", "policy_version", "collectors"} - set(state)
+        if missing:
+            raise KeyError(
+                f"the state lacks {sorted(missing)}; pass what this collector's state_dict() "
+                "returned."
+            )
+        states = list(state["collectors"])
+        if len(states) != self.num_collectors:
+            raise ValueError(
+                f"the state holds {len(states)} collectors; this one has {self.num_collectors}."
+            )
+        calls = [
+            self.fleet.submit(slot, "load_state_dict", own, fatal=False)
+            for slot, own in zip(self.fleet.slots, states, strict=True)
+        ]
+        self.fleet.gather(calls)
+        self._frames = int(state["frames"])
+        self.iterations = int(state["iterations"])
+        self.policy_version = int(state["policy_version"])
+
+    def stats(self) -> dict[str, Any]:
+        """Frames, batches, frames/s, the policy version, episode statistics over all actors
+        and, per actor: its node, pid, frames, restarts, policy version and collector stats
+        (after `async_shutdown()`, those it ended with)."""
+        if self._final is not None and not self.fleet.is_open:
+            return self._final[1]
+        self._check_open()
+        replies = self.fleet.call(self.fleet.slots, "stats", fatal=False)
+        frames = self.frames
+        elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
+        actors = [
+            {
+                "node_id": slot.node_id,
+                "pid": slot.pid,
+                "frames": int(reply["frames"]),
+                "restarts": slot.restarts,
+                "policy_version": slot.policy_version,
+                "collector": reply,
+            }
+            for slot, reply in zip(self.fleet.slots, replies, strict=True)
+        ]
+        return {
+            "frames": frames,
+            "total_frames": self.total_frames,
+            "batches": self.iterations,
+            "completed": 0 < self.total_frames <= frames,
+            "requested_frames_per_batch": self.frames_per_batch,
+            "frames_per_second": frames / elapsed if elapsed > 0 else 0.0,
+            "policy_version": self.policy_version,
+            **episode_statistics(replies),
+            "collectors": actors,
+        }
+
+    def process_ids(self) -> list[int]:
+        """Every actor's process id, and those of the worker processes below them."""
+        self._check_open()
+        return self.fleet.process_ids()
