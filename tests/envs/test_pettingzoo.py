@@ -105,9 +105,11 @@ def test_stepped_beneath_the_checking_wrappers_with_their_checks_kept() -> None:
         Collector(env, bad, frames_per_batch=4).next()
 
 
-def test_batched_pettingzoo_envs_have_a_tensordict_face() -> None:
-    """`SerialEnv` of grouped envs: actions and rewards stay under their groups in its spec."""
-    env = SerialEnv(2, functools.partial(spread_env, max_cycles=5))
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])
+def test_batched_pettingzoo_envs_have_a_tensordict_face(batched: type) -> None:
+    """Batched grouped envs: actions and rewards stay under their groups in their spec."""
+    env = batched(2, functools.partial(spread_env, max_cycles=5))
     check_env(env)
     rollout = env.rollout(7)  # stops at the first done, after max_cycles=5 steps
     assert rollout["agent", "action"].shape == (2, 5, 3)
