@@ -486,13 +486,9 @@ class Collector(CollectorControl):
         no_batch_left = assembler is None or not assembler.has_batch()
         return no_batch_left or self.options.replay_buffer is not None
 
-    def __len__(self) -> int:
-        if self._whole_episodes is not None:
-            raise TypeError(
-                "a collector of whole episodes has no length: how many batches it yields "
-                "depends on how long the episodes last."
-            )
-        return super().__len__()
+    @property
+    def yields_whole_episodes(self) -> bool:
+        return self._whole_episodes is not None
 
     # --- iteration ------------------------------------------------------------------------------
 

@@ -39,7 +39,18 @@ class BatchIteration:
                 return
             yield batch
 
+    @property
+    def yields_whole_episodes(self) -> bool:
+        """Whether batches are whole episodes (`batch_mode="complete_episodes"`,
+        `trajs_per_batch`): their count then depends on how long the episodes last."""
+        return False
+
     def __len__(self) -> int:
+        if self.yields_whole_episodes:
+            raise TypeError(
+                "a collector of whole episodes has no length: how many batches it yields "
+                "depends on how long the episodes last."
+            )
         if self.total_frames <= 0:
             raise TypeError("an endless collector (total_frames=-1) has no length.")
         return self.total_frames // self.frames_per_batch

@@ -419,15 +419,12 @@ class MultiCollectorBase(MultiCollectorControl):
         if close_env:
             self.shutdown()
 
-    def __len__(self) -> int:
-        if self._options_given.get("trajs_per_batch") is not None or (
-            self._options_given.get("batch_mode") == "complete_episodes"
-        ):
-            raise TypeError(
-                "a collector of whole episodes has no length: how many batches it yields "
-                "depends on how long the episodes last."
-            )
-        return super().__len__()
+    @property
+    def yields_whole_episodes(self) -> bool:
+        options = self._options_given
+        return options.get("trajs_per_batch") is not None or (
+            options.get("batch_mode") == "complete_episodes"
+        )
 
     def shutdown(self, close_env: bool = True) -> None:
         """Stop every worker and release the shared memory; bounded in time, idempotent."""

@@ -293,13 +293,9 @@ class RayCollector(RayCollectorControl):
         batch.set(keys.WORKER_ID, ids)
         return batch  # type: ignore[no-any-return]
 
-    def __len__(self) -> int:
-        if self._episode_layout is not None:
-            raise TypeError(
-                "a collector of whole episodes has no length: how many batches it yields "
-                "depends on how long the episodes last."
-            )
-        return super().__len__()
+    @property
+    def yields_whole_episodes(self) -> bool:
+        return self._episode_layout is not None
 
     def _launch(self, slot: ActorSlot) -> None:
         """Ask `slot` for a batch unless the batches on their way reach `total_frames`."""
