@@ -170,15 +170,15 @@ class EpisodeJoiner:
             pieces = self._running.pop(trajectory, [])
             pieces.append(row[start:stop])
             if bool(ended[stop - 1]):
-                finished.append(Episode(_joined(pieces)))
+                finished.append(Episode(joined_pieces(pieces)))
             else:
                 self._running[trajectory] = pieces
         return finished
 
 
-def _joined(pieces: list[TensorDictBase]) -> TensorDictBase:
-    """One episode's transitions: its pieces concatenated (a view of the batch when it ended
-    in the batch it began in), time named."""
+def joined_pieces(pieces: list[TensorDictBase]) -> TensorDictBase:
+    """One trajectory's transitions: its pieces concatenated along time (a view of the batch
+    when it ended in the batch it began in), time named."""
     episode = pieces[0] if len(pieces) == 1 else torch.cat(cast(Any, pieces), 0)
     episode = cast(TensorDictBase, episode)
     episode.names = [keys.TIME_DIM_NAME]

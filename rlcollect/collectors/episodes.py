@@ -34,6 +34,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.carrier import end_of_trajectory
+from rlcollect.episode import joined_pieces
 from rlcollect.transforms.split import split_trajectories
 
 NestedKey = str | tuple[str, ...]
@@ -152,7 +153,7 @@ class EpisodeAssembler:
                 self._running.setdefault(row, []).append(rows[row, start:])
 
     def _release(self, pieces: list[TensorDictBase]) -> None:
-        episode = pieces[0] if len(pieces) == 1 else cast(TensorDictBase, torch.cat(pieces, 0))  # type: ignore[arg-type]
+        episode = joined_pieces(pieces)
         self._ready.append(episode)
         self.ready_frames += episode.numel()
 

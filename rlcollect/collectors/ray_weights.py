@@ -40,12 +40,11 @@ class ActorWeights:
         num: int,
     ) -> None:
         self.sent = SentWeights(policy, policy_factory)
-        self.policy, self.template = policy, self.sent.template
-        if weight_sync_schemes or self.template:
+        if weight_sync_schemes or self.sent.template:
             self.scheme = choose_scheme(weight_sync_schemes)
         else:
             self.scheme = NoWeightSyncScheme()
-        self.scheme.connect(self.template, num)
+        self.scheme.connect(self.sent.template, num)
         self.stale = [0] * num  # batches each actor collected since its weights were sent
 
     def checked(
@@ -78,7 +77,7 @@ class ActorWeights:
     def overdue(self, slots: Sequence[ActorSlot], interval: int) -> list[int]:
         """The actors of `slots` that collected more than `interval` batches since their weights
         were sent (none when the interval is -1 or there is no policy to read weights from)."""
-        if interval < 0 or self.policy is None or not self.template:
+        if interval < 0 or not self.sent.readable:
             return []
         return [slot.index for slot in slots if self.stale[slot.index] > interval]
 
