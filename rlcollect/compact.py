@@ -62,10 +62,6 @@ Key = tuple[str, ...]
 _SAME_SIZE_INTEGER = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _as_tuple(key: str | Key) -> Key:
-    return (key,) if isinstance(key, str) else tuple(key)
-
-
 def is_compact(data: object) -> bool:
     """Whether `data` is a compact batch (it holds `("final", "step")`)."""
     return isinstance(data, TensorDictBase) and data.get(keys.FINAL_STEP, None) is not None
@@ -88,7 +84,7 @@ def compact_keys(batch: TensorDictBase) -> list[Key]:
         return []
     found = []
     for key in next_entries.keys(include_nested=True, leaves_only=True):
-        key = _as_tuple(key)
+        key = keys.as_tuple_key(key)
         if key[-1] in keys.DONE_KEYS:
             continue
         root, after = batch.get(key, None), next_entries.get(key)
@@ -106,7 +102,7 @@ def compact_keys(batch: TensorDictBase) -> list[Key]:
 def _sub_tensordicts(data: TensorDictBase, batch_size: torch.Size) -> list[TensorDictBase]:
     """The sub-TensorDicts of `data` of batch size `batch_size`, parents before children."""
     found = [
-        (len(_as_tuple(key)), value)
+        (len(keys.as_tuple_key(key)), value)
         for key, value in data.items(include_nested=True)
         if isinstance(value, TensorDictBase) and value.batch_size == batch_size
     ]
@@ -258,7 +254,9 @@ def _from_compact(compact: TensorDictBase) -> TensorDictBase:
     finals = compact.get(keys.FINAL)
     final_next = finals.get(keys.NEXT, None)
     observation_keys = (
-        [_as_tuple(key) for key in final_next.keys(True, True)] if final_next is not None else []
+        [keys.as_tuple_key(key) for key in final_next.keys(True, True)]
+        if final_next is not None
+        else []
     )
     view = compact.exclude(keys.FINAL, *observation_keys).copy()  # a new tree, same leaves
     steps = _steps(compact, view, observation_keys)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 OBSERVATION = "observation"
 ACTION = "action"
 REWARD = "reward"
@@ -34,3 +36,34 @@ TIME_DIM_NAME = "time"
 # The compact layout (rlcollect/compact.py): next observations stored apart, and their steps.
 FINAL = "final"
 FINAL_STEP = (FINAL, "step")
+
+
+# --- nested-key helpers: one spelling of a key, its last name, its sibling ---
+
+NestedName = str | tuple[str, ...]
+
+
+def plain_key(key: NestedName) -> NestedName:
+    """`("done",)` -> `"done"`: root keys as strings, nested ones as tuples (TorchRL's way), so
+    that two spellings of one key compare equal."""
+    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
+
+
+def as_tuple_key(key: NestedName) -> tuple[str, ...]:
+    """`"done"` -> `("done",)`: every key as a tuple of names."""
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def last_name(key: NestedName) -> str:
+    """The leaf name of `key`: `("agents", "reward")` -> `"reward"`."""
+    return key if isinstance(key, str) else key[-1]
+
+
+def sibling_key(key: NestedName, name: str) -> NestedName:
+    """The key next to `key` in its group: `("agents", "truncated")` -> `("agents", name)`."""
+    return name if isinstance(key, str) else (*key[:-1], name)
+
+
+def is_int(value: object) -> bool:
+    """Whether `value` is an integer (NumPy and other integral types too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -69,19 +69,6 @@ def _learn_outputs(
     return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys)
 
 
-def _plain(key: NestedKey) -> NestedKey:
-    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
-
-
-def _last_name(key: NestedKey) -> str:
-    return key if isinstance(key, str) else key[-1]
-
-
-def _sibling(key: NestedKey, name: str) -> NestedKey:
-    """The key next to `key` in its group: `("agents", "truncated")` -> `("agents", name)`."""
-    return name if isinstance(key, str) else (*key[:-1], name)
-
-
 @dataclass
 class CarrierLayout:
     """The carrier, its batch view, and the keys that carry from one batch to the next."""
@@ -112,15 +99,15 @@ class CarrierLayout:
         # flags with the done flag of their group, and every reward.
         self._ends = [next_td.get(key) for key in end_flag_keys(self.done_keys)]
         self._truncations = [
-            (next_td.get(key), next_td.get(_sibling(key, keys.DONE)))
+            (next_td.get(key), next_td.get(keys.sibling_key(key, keys.DONE)))
             for key in self.done_keys
-            if _last_name(key) == keys.TRUNCATED and key in present
+            if keys.last_name(key) == keys.TRUNCATED and key in present
         ]
         self._rewards = [next_td.get(key) for key in self.reward_keys]
         self._terminations = [
             next_td.get(key)
             for key in self.done_keys
-            if _last_name(key) == keys.TERMINATED and key in present
+            if keys.last_name(key) == keys.TERMINATED and key in present
         ]
         # What ends a trajectory (new id, an episode counted): done, and a soft horizon's cut.
         self._cuts = list(self._ends)
@@ -130,8 +117,9 @@ class CarrierLayout:
         # carrier at an index; the batch view holds stale copies of them, refreshed per batch.
         self._extras = non_tensor_keys(self.carrier)
         extras = set(self._extras)
-        self._extra_carry = [key for key in map(_plain, self.carry_keys) if key in extras]
-        self._tensor_carry = [key for key in map(_plain, self.carry_keys) if key not in extras]
+        carry = [keys.plain_key(key) for key in self.carry_keys]
+        self._extra_carry = [key for key in carry if key in extras]
+        self._tensor_carry = [key for key in carry if key not in extras]
         self._version = (
             self.carrier.get(POLICY_VERSION_KEY)
             if POLICY_VERSION_KEY in self.carrier.keys(include_nested=True)

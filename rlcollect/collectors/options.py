@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,14 +15,9 @@ from rlcollect.compact import CompactObservations
 Process = Callable[[TensorDictBase], TensorDictBase]
 
 
-def _is_int(value: Any) -> bool:
-    """Whether `value` is an integer (NumPy and other integral types too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _check_int(name: str, value: Any) -> int:
     """`value` as an int, or a TypeError naming it."""
-    if not _is_int(value):
+    if not keys.is_int(value):
         raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__}).")
     return int(value)
 
@@ -64,7 +58,7 @@ def optional_frames(name: str, value: Any) -> int | None:
     """An optional frame count: None or a negative int (TorchRL's -1) means "not set"."""
     if value is None:
         return None
-    if not _is_int(value):
+    if not keys.is_int(value):
         raise TypeError(
             f"{name} must be an int, or None (or -1) to leave it unset; got {value!r} "
             f"({type(value).__name__})."

@@ -57,7 +57,7 @@ def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> 
     leaf_names = [key[-1] for key in tuples]
     by_leaf = {key[-1]: key for key in tuples if leaf_names.count(key[-1]) == 1}
     if names and all(name in by_leaf for name in names):
-        return [_plain(by_leaf[name]) for name in names]
+        return [keys.plain_key(by_leaf[name]) for name in names]
     if len(names) == 1 and len(observation_keys) == 1:
         return list(observation_keys)
     raise TypeError(
@@ -66,10 +66,6 @@ def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> 
         "the observation keys, or wrap it yourself: TensorDictModule(policy, "
         "in_keys=[...], out_keys=['action'])."
     )
-
-
-def _plain(key: tuple[str, ...]) -> NestedKey:
-    return key[0] if len(key) == 1 else key
 
 
 def is_unset_random_policy(policy: Any) -> bool:

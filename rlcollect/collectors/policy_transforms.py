@@ -15,15 +15,11 @@ from rlcollect.envs.base import EnvBase
 from rlcollect.transforms import Compose, InitTracker, TransformedEnv
 
 
-def _last_name(key: Any) -> str:
-    return key if isinstance(key, str) else key[-1]
-
-
 def missing_init_flags(env: EnvBase, policy: Any) -> list[Any]:
     """The `is_init` keys `policy` reads and `env` does not write."""
     read = getattr(policy, "in_keys", None) or []
     produced = {key[0] if len(key) == 1 else key for key in env.observation_keys}
-    return [key for key in read if _last_name(key) == keys.IS_INIT and key not in produced]
+    return [key for key in read if keys.last_name(key) == keys.IS_INIT and key not in produced]
 
 
 def register_policy_transforms(env: EnvBase, policy: Any, enabled: bool | None) -> EnvBase:

@@ -69,14 +69,6 @@ class ViewColumn:
         return self.name if self.is_window else (WINDOW_GROUP, *name)
 
 
-def _as_tuple(key: NestedKey) -> tuple[str, ...]:
-    return key if isinstance(key, tuple) else (key,)
-
-
-def _plain(key: tuple[str, ...]) -> NestedKey:
-    return key[0] if len(key) == 1 else key
-
-
 def _checked_name(name: Any) -> NestedKey:
     try:
         key = unravel_key(name)
@@ -85,7 +77,7 @@ def _checked_name(name: Any) -> NestedKey:
             f"view_requirements keys are the view names (a string or a tuple of strings); "
             f"got {name!r}."
         ) from err
-    parts = _as_tuple(key)
+    parts = keys.as_tuple_key(key)
     if parts[0] in (keys.NEXT, keys.COLLECTOR) or any(part.startswith("_") for part in parts):
         raise ValueError(
             f"view_requirements[{name!r}]: a view is a root entry of the batch; its name may "
@@ -155,14 +147,14 @@ class TrajectoryViews:
             )
         if not requirement.used_for_training:
             self.unstored.append(name)
-        if source == _as_tuple(name) and offsets == (0,) and not stacked:
+        if source == keys.as_tuple_key(name) and offsets == (0,) and not stacked:
             return  # the entry itself (RLlib's {"obs": ViewRequirement()})
         latest = 0 if source in env_frame.root_entries else -1
         if max(offsets) > latest:
             if requirement.used_for_compute_actions:
                 raise ValueError(_future_message(name, requirement.shift, source, latest))
             shift = list(offsets) if stacked else offsets[0]
-            self.training.append(ShiftedView(_plain(source), shift, out_key=name))
+            self.training.append(ShiftedView(keys.plain_key(source), shift, out_key=name))
             return
         if env_frame.frame.get(name, None) is not None:
             raise ValueError(
@@ -185,7 +177,7 @@ class TrajectoryViews:
     @property
     def input_keys(self) -> list[tuple[str, ...]]:
         """The columns the policy may read (a plain module's forward may name them)."""
-        return [_as_tuple(column.name) for column in self.columns]
+        return [keys.as_tuple_key(column.name) for column in self.columns]
 
     @property
     def carry_keys(self) -> list[NestedKey]:
@@ -287,7 +279,7 @@ def _source(
     a space) a policy output."""
     data_col = name if requirement.data_col is None else requirement.data_col
     try:
-        key = _as_tuple(unravel_key(data_col))
+        key = keys.as_tuple_key(unravel_key(data_col))
     except (RuntimeError, TypeError) as err:
         raise TypeError(
             f"view_requirements[{name!r}]: data_col must be a key; got {data_col!r}."
@@ -303,7 +295,7 @@ def _source(
             return candidate
     if requirement.space is not None:
         return key  # a policy output; checked once the policy has run
-    known = sorted(map(str, map(_plain, present - {keys.TRAJ_IDS})))
+    known = sorted(map(str, map(keys.plain_key, present - {keys.TRAJ_IDS})))
     raise ValueError(
         f"view_requirements[{name!r}]: data_col={data_col!r} is not an entry of the env's "
         f"frame {known} nor one of RLlib's columns {sorted(RLLIB_COLUMNS)}. For an entry "
@@ -312,7 +304,7 @@ def _source(
 
 
 def _future_message(name: NestedKey, shift: Any, source: tuple[str, ...], latest: int) -> str:
-    what = _plain(source)
+    what = keys.plain_key(source)
     if latest == 0:
         known = f"{what!r} is known up to shift 0 (the current step)"
     else:
@@ -333,10 +325,10 @@ class _EnvFrame:
         self.frame = env.fake_tensordict()
         self.batch_dims = len(env.batch_size)
         leaves = self.frame.keys(include_nested=True, leaves_only=True)
-        self.present = {_as_tuple(key) for key in leaves}
-        self.observations = {_as_tuple(key) for key in env.observation_keys}
+        self.present = {keys.as_tuple_key(key) for key in leaves}
+        self.observations = {keys.as_tuple_key(key) for key in env.observation_keys}
         # What the env writes at the root (readable at shift 0 when the policy acts).
-        self.root_entries = self.observations | {_as_tuple(key) for key in env.done_keys}
+        self.root_entries = self.observations | {keys.as_tuple_key(key) for key in env.done_keys}
 
     def feature_and_pad(
         self, name: NestedKey, requirement: ViewRequirement, source: tuple[str, ...]
@@ -345,7 +337,7 @@ class _EnvFrame:
         if source not in self.present:  # a policy output, described by its space
             pad = _zero_of(requirement.space, name)
             return pad.shape, pad
-        data = self.frame.get(_plain(source))
+        data = self.frame.get(keys.plain_key(source))
         feature, dtype = data.shape[self.batch_dims :], data.dtype
         if requirement.space is None:
             return feature, torch.zeros(feature, dtype=dtype, device=data.device)
@@ -353,7 +345,7 @@ class _EnvFrame:
         if pad.shape not in (feature, torch.Size([*self.frame.batch_size, *feature])):
             raise ValueError(
                 f"view_requirements[{name!r}]: the space's zero has shape {tuple(pad.shape)}; "
-                f"{_plain(source)!r} has {tuple(feature)} per frame. Give the per-frame space "
-                "of that entry."
+                f"{keys.plain_key(source)!r} has {tuple(feature)} per frame. Give the per-frame "
+                "space of that entry."
             )
         return feature, pad.to(dtype=dtype, device=data.device)

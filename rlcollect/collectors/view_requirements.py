@@ -10,7 +10,6 @@ offsets or a range string (in the order given, stacked right after time, as `Shi
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +32,6 @@ RLLIB_COLUMNS: dict[str, tuple[str, ...]] = {
 _SHIFT_FORMS = 'an int (-1), a list of ints ([-2, -1]) or an inclusive range string ("-3:-1")'
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def parse_shift(shift: Any, view: NestedKey | None = None) -> tuple[tuple[int, ...], bool]:
     """The offsets a shift names, and whether they stack along a new dim (a list or a range).
 
@@ -45,7 +40,7 @@ def parse_shift(shift: Any, view: NestedKey | None = None) -> tuple[tuple[int, .
         ValueError: when a range string is malformed or empty.
     """
     where = f"view_requirements[{view!r}]: " if view is not None else ""
-    if _is_int(shift):
+    if keys.is_int(shift):
         return (int(shift),), False
     if isinstance(shift, str):
         first, separator, last = shift.partition(":")
@@ -60,7 +55,7 @@ def parse_shift(shift: Any, view: NestedKey | None = None) -> tuple[tuple[int, .
                 "gives the last 50 values."
             )
         return tuple(range(start, stop + 1)), True
-    if isinstance(shift, Sequence) and shift and all(_is_int(offset) for offset in shift):
+    if isinstance(shift, Sequence) and shift and all(keys.is_int(offset) for offset in shift):
         return tuple(int(offset) for offset in shift), True
     raise TypeError(f"{where}shift must be {_SHIFT_FORMS}; got {shift!r} ({type(shift).__name__}).")
 

@@ -21,14 +21,12 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect import keys
+
 if TYPE_CHECKING:
     from rlcollect.collectors.trajectory_views import TrajectoryViews, ViewColumn
 
 Pairs = list[tuple[Any, Any]]
-
-
-def _plain(key: tuple[str, ...]) -> str | tuple[str, ...]:
-    return key[0] if len(key) == 1 else key
 
 
 def _tensor_copy(target: torch.Tensor, value: torch.Tensor) -> None:
@@ -117,7 +115,7 @@ class ViewWriter:
 
     def _checked_source(self, column: ViewColumn) -> torch.Tensor:
         source = self.carrier.get(column.source, None)
-        where = f"view_requirements[{column.name!r}]: data_col {_plain(column.source)!r}"
+        where = f"view_requirements[{column.name!r}]: data_col {keys.plain_key(column.source)!r}"
         if not isinstance(source, torch.Tensor):
             root = sorted(map(str, self.carrier.exclude("next").keys(True, True)))
             raise ValueError(

@@ -46,11 +46,6 @@ Policy = Callable[[TensorDictBase], TensorDictBase]
 NestedKey = str | tuple[str, ...]
 
 
-def _plain(key: tuple[str, ...]) -> NestedKey:
-    """`("done",)` -> `"done"`: root keys as strings, nested ones as tuples (TorchRL's way)."""
-    return key[0] if len(key) == 1 else key
-
-
 class EnvBase:
     """Base class of every rlcollect env; see the module docstring for the two faces.
 
@@ -102,7 +97,7 @@ class EnvBase:
     def done_keys(self) -> list[NestedKey]:
         """The flag keys: `done`, `terminated`, `truncated` (nested keys for envs, such as
         TorchRL's, whose flags live under a sub-TensorDict or in several groups)."""
-        return [_plain(key) for key, _ in spec_leaves(self.done_spec)]
+        return [keys.plain_key(key) for key, _ in spec_leaves(self.done_spec)]
 
     @property
     def action_keys(self) -> list[NestedKey]:

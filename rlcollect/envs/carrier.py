@@ -128,7 +128,7 @@ class CarrierViews:
 
     def carry_observations(self, t: int, observation_keys: Sequence[NestedKey]) -> None:
         """Root observations at `t + 1` = next observations at `t`; root flags cleared."""
-        self.move_to_root(t, [_plain(key) for key in observation_keys])
+        self.move_to_root(t, [keys.plain_key(key) for key in observation_keys])
         root = self.root(t + 1)
         for name in self.done_keys:
             root.get(name).zero_()
@@ -138,11 +138,6 @@ class CarrierViews:
         "done")`, or any `done` flag of any group when the env's flags are nested."""
         view = self.next(t)
         return end_of_trajectory([view.get(key) for key in self._end_keys], self.batch_ndim)
-
-
-def _plain(key: NestedKey) -> NestedKey:
-    """`("observation",)` -> `"observation"`: one spelling per key, to compare keys."""
-    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
 
 
 def end_flag_keys(done_keys: Sequence[NestedKey]) -> list[NestedKey]:

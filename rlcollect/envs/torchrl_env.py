@@ -111,7 +111,7 @@ class TorchRLEnv(EnvBase):
         and flags move to the root, then TorchRL decides which groups of flags reset (a
         group's flags prevail over those nested under it) and merges the reset."""
         views = self._carrier_views()
-        carried = [*(_plain(key) for key in self.observation_keys), *self.done_keys]
+        carried = [*(keys.plain_key(key) for key in self.observation_keys), *self.done_keys]
         views.move_to_root(t, carried)
         flags = views.root(t + 1).select(*self.done_keys).clone()
         if not self.env.any_done(flags):  # writes the "_reset" flags it decided on
@@ -164,10 +164,6 @@ class TorchRLEnv(EnvBase):
         if not self.is_closed:
             self.env.close()
         super().close()
-
-
-def _plain(key: Any) -> Any:
-    return key[0] if isinstance(key, tuple) and len(key) == 1 else key
 
 
 def refuse_unsupported_layouts(env: Any) -> None:

@@ -6,16 +6,13 @@ from typing import Any
 
 import torch
 
+from rlcollect import keys
 from rlcollect.errors import MisuseError
 from rlcollect.keys import DONE, NEXT, TERMINATED, TRAJ_IDS, TRUNCATED
 from rlcollect.replay.samplers import Sampler, window_slots
 from rlcollect.replay.storage import Storage
 
 NestedKey = str | tuple[str, ...]
-
-
-def _sibling(key: NestedKey, name: str) -> NestedKey:
-    return (*key[:-1], name) if isinstance(key, tuple) else name
 
 
 class SliceSampler(Sampler):
@@ -166,8 +163,8 @@ class SliceSampler(Sampler):
             return {}
         truncated = torch.zeros(len(slots), 1, dtype=torch.bool)
         truncated[last_steps] = True
-        done_key = _sibling(self.truncated_key, DONE)
-        terminated_key = _sibling(self.truncated_key, TERMINATED)
+        done_key = keys.sibling_key(self.truncated_key, DONE)
+        terminated_key = keys.sibling_key(self.truncated_key, TERMINATED)
         info: dict[Any, Any] = {self.truncated_key: truncated}
         try:
             stored_done = storage.read_column(done_key, slots).reshape(len(slots), 1).bool()
