@@ -3,6 +3,8 @@
 Ray is imported only when a Ray class is built: `import rlcollect` works without the ray extra.
 """
 
+from rlcollect.batch.compact import compact_batch, transition_view
+from rlcollect.batch.episodes import Episode, EpisodeJoiner
 from rlcollect.collectors import (
     Collector,
     MultiAsyncCollector,
@@ -11,7 +13,6 @@ from rlcollect.collectors import (
     RayCollector,
     ViewRequirement,
 )
-from rlcollect.compact import compact_batch, transition_view
 from rlcollect.envs import (
     EnvBase,
     GymEnv,
@@ -19,7 +20,6 @@ from rlcollect.envs import (
     ParallelEnv,
     SerialEnv,
 )
-from rlcollect.episode import Episode, EpisodeJoiner
 from rlcollect.replay import (
     LazyMemmapStorage,
     LazyTensorStorage,

@@ -33,7 +33,7 @@ INDEX = "index"
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)
 TIME_DIM_NAME = "time"
 
-# The compact layout (rlcollect/compact.py): next observations stored apart, and their steps.
+# The compact layout (rlcollect/batch/compact.py): next observations stored apart, and their steps.
 FINAL = "final"
 FINAL_STEP = (FINAL, "step")
 

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
+from rlcollect.batch.flags import end_flag_keys, end_of_trajectory
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.devices import DeviceSplit
 from rlcollect.collectors.policy import (
@@ -28,7 +29,6 @@ from rlcollect.collectors.policy import (
 from rlcollect.collectors.policy_state import PolicyStateCarry, policy_state_keys
 from rlcollect.collectors.trajectory_views import TrajectoryViews
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.carrier import end_flag_keys, end_of_trajectory
 from rlcollect.envs.non_tensor import copy_non_tensor, non_tensor_keys, time_index
 
 NestedKey = str | tuple[str, ...]

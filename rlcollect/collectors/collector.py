@@ -11,6 +11,8 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
+from rlcollect.batch.compact import compact_batch
+from rlcollect.batch.flags import end_flag_keys
 from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier_layout import CarrierLayout
@@ -36,8 +38,6 @@ from rlcollect.collectors.policy_weights import PolicyHolder
 from rlcollect.collectors.profiling import RolloutProfiler
 from rlcollect.collectors.trajectory_views import TrajectoryViews
 from rlcollect.collectors.view_requirements import ViewRequirement
-from rlcollect.compact import compact_batch
-from rlcollect.envs.carrier import end_flag_keys
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
@@ -108,7 +108,7 @@ class Collector(CollectorControl):
         compact_obs: store every observation once (TorchRL's name; nothing is lost): batches
             of batch size `[*env_batch]` with `T + 1` observations per env and the final
             observations of episodes ending inside the batch; `transition_view(batch)` gives
-            the standard layout back (see `rlcollect/compact.py`). `collect_rollout` still
+            the standard layout back (see `rlcollect/batch/compact.py`). `collect_rollout` still
             fills its rollout in full.
         policies: RLlib's one policy per team, `{policy_id: policy}` (instead of `policy`):
             each is called once per step on all the agents `policy_mapping_fn(agent_id)`

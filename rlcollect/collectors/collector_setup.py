@@ -15,7 +15,7 @@ from typing import Any
 
 from rlcollect.collectors.episodes import EpisodeMode, refuse_with_whole_episodes
 from rlcollect.collectors.rllib_sampling import Horizon, frames_per_env_step
-from rlcollect.collectors.step_limit import StepLimit, require_truncated_flag
+from rlcollect.transforms.step_limit import StepLimit, require_truncated_flag
 
 
 def policy_from_factory(policy: Any, policy_factory: Callable[[], Any] | None) -> Any:

@@ -33,8 +33,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.envs.carrier import end_of_trajectory
-from rlcollect.episode import joined_pieces
+from rlcollect.batch.episodes import joined_pieces
+from rlcollect.batch.flags import end_of_trajectory
 from rlcollect.transforms.split import split_trajectories
 
 NestedKey = str | tuple[str, ...]

@@ -46,8 +46,8 @@ from rlcollect.collectors.weight_sync import (
 from rlcollect.collectors.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
 from rlcollect.envs.serial import per_worker
-from rlcollect.envs.worker_process import worker_context
 from rlcollect.errors import MisuseError
+from rlcollect.runtime.processes import worker_context
 
 # Options that may be given once or as one value per worker.
 PER_WORKER_OPTIONS = (

@@ -10,7 +10,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.compact import CompactObservations
+from rlcollect.batch.compact import CompactObservations
 
 Process = Callable[[TensorDictBase], TensorDictBase]
 

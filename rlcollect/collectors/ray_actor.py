@@ -23,7 +23,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.background import BackgroundLoop
 from rlcollect.errors import MisuseError
-from rlcollect.ray_runtime import require_ray
+from rlcollect.runtime.ray_lease import require_ray
 
 
 class NeedsRestoreError(RuntimeError):

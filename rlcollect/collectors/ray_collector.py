@@ -35,7 +35,7 @@ from rlcollect.collectors.ray_options import (
 from rlcollect.collectors.ray_weights import ActorWeights, check_update_timeout, select_actors
 from rlcollect.collectors.weight_sync import Weights
 from rlcollect.collectors.worker_pool import RESTART_ID_GAP
-from rlcollect.ray_runtime import RayLease, check_init_config, require_ray
+from rlcollect.runtime.ray_lease import RayLease, check_init_config, require_ray
 
 # A restarted actor's seed moves on by this much per restart, so it does not replay its past.
 RESTART_SEED_STRIDE = 7919

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from rlcollect.collectors.ray_actor import ActorSpec, CollectorActor, NeedsRestoreError
 from rlcollect.errors import WorkerError, WorkerTimeoutError
-from rlcollect.ray_runtime import require_ray
+from rlcollect.runtime.ray_lease import require_ray
 
 # Seconds a dead actor may take to come back (Ray starts a new process that imports torch).
 RESTART_TIMEOUT = 120.0

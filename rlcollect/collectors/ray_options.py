@@ -21,7 +21,7 @@ from rlcollect.collectors.weight_sync import (
     WeightSyncScheme,
     check_schemes,
 )
-from rlcollect.ray_runtime import plain
+from rlcollect.runtime.ray_lease import plain
 
 # The `ray.remote` options an actor may be given; restarts and concurrency are RayCollector's.
 REMOTE_OPTIONS = frozenset(

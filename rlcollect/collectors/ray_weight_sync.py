@@ -6,7 +6,7 @@ from typing import Any
 
 from rlcollect.collectors.weight_sync import Weights, WeightSyncScheme
 from rlcollect.errors import MisuseError
-from rlcollect.ray_runtime import require_ray
+from rlcollect.runtime.ray_lease import require_ray
 
 
 class RayWeightSyncScheme(WeightSyncScheme):
@@ -29,7 +29,7 @@ class RayWeightSyncScheme(WeightSyncScheme):
         >>> import ray
         >>> import torch
         >>> from rlcollect.collectors import RayWeightSyncScheme
-        >>> from rlcollect.ray_runtime import RayLease
+        >>> from rlcollect.runtime.ray_lease import RayLease
         >>> lease = RayLease.acquire({"num_cpus": 1, "include_dashboard": False})
         >>> scheme = RayWeightSyncScheme()
         >>> scheme.connect({"weight": torch.zeros(2)}, num_workers=2)

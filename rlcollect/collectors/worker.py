@@ -1,6 +1,6 @@
 """The worker side of the multi-process collectors: a collector served over a command pipe.
 
-The process, its pipes and the message format are `rlcollect.envs.worker_process`'s. A worker
+The process, its pipes and the message format are `rlcollect.runtime.processes`'s. A worker
 builds its collector from a `WorkerSpec`, then answers one command at a time, so everything it
 is told (new weights, a seed, a pause) happens between two batches. Batches never cross the
 pipe: the worker copies each into a shared-memory TensorDict, whose handle the parent receives
@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.envs.non_tensor import non_tensor_keys
-from rlcollect.envs.worker_process import HEADER, OK, error_reply
+from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
 
 # Reply to COLLECT: frames in the batch, the policy version that produced it, and whether the
 # shared-memory handle follows (first batch only).
@@ -53,15 +53,13 @@ class WorkerCommand(enum.IntEnum):
     PROFILE = 14
 
 
-def describe_command(message: bytes) -> str:
-    """The call a message stands for, e.g. `collect`, for error messages."""
-    command, argument = HEADER.unpack_from(message)
-    name = WorkerCommand(command).name.lower()
-    if command == WorkerCommand.SEED:
-        return f"set_seed({argument})"
-    if command == WorkerCommand.UPDATE_WEIGHTS:
-        return f"update_policy_weights_ (version {argument})"
-    return name
+describe_command = command_describer(
+    WorkerCommand,
+    {
+        WorkerCommand.SEED: "set_seed({argument})",
+        WorkerCommand.UPDATE_WEIGHTS: "update_policy_weights_ (version {argument})",
+    },
+)
 
 
 @dataclass

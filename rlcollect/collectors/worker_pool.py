@@ -30,14 +30,14 @@ from rlcollect.collectors.worker import (
     describe_command,
     run_collector_worker,
 )
-from rlcollect.envs.worker_process import (
+from rlcollect.errors import MisuseError, WorkerError, WorkerRaisedError, WorkerTimeoutError
+from rlcollect.runtime.processes import (
     HEADER,
     LIVENESS_INTERVAL,
     WorkerHandle,
     encode,
     shut_down_workers,
 )
-from rlcollect.errors import MisuseError, WorkerError, WorkerRaisedError, WorkerTimeoutError
 
 # Commands whose failure in a healthy worker leaves it (and the collector) usable.
 CONTROL_COMMANDS = frozenset(

@@ -8,6 +8,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
+from rlcollect.batch.flags import end_flag_keys, end_of_trajectory
 from rlcollect.envs.non_tensor import (
     copy_non_tensor,
     non_tensor_keys,
@@ -138,34 +139,6 @@ class CarrierViews:
         "done")`, or any `done` flag of any group when the env's flags are nested."""
         view = self.next(t)
         return end_of_trajectory([view.get(key) for key in self._end_keys], self.batch_ndim)
-
-
-def end_flag_keys(done_keys: Sequence[NestedKey]) -> list[NestedKey]:
-    """The `done` flags among `done_keys`, one per group (`"done"`, `("agents", "done")`).
-
-    Raises:
-        ValueError: when no flag is named `done`.
-    """
-    found = [key for key in done_keys if (key if isinstance(key, str) else key[-1]) == keys.DONE]
-    if not found:
-        raise ValueError(
-            f"the env's done keys {list(done_keys)} have no 'done' flag; every group of flags "
-            "needs one (done = terminated or truncated)."
-        )
-    return found
-
-
-def end_of_trajectory(flags: Sequence[torch.Tensor], batch_ndim: int) -> torch.Tensor:
-    """OR of `flags` over every dim past the first `batch_ndim`: which batch elements ended a
-    trajectory. One flag of shape `[*batch, 1]` (the common case) costs a reshape."""
-    first = flags[0]
-    batch = first.shape[:batch_ndim]
-    if len(flags) == 1 and first.shape[batch_ndim:].numel() == 1:
-        return first.reshape(batch)
-    ended = torch.zeros(batch, dtype=torch.bool, device=first.device)
-    for flag in flags:
-        ended |= flag.reshape(*batch, -1).any(-1)
-    return ended
 
 
 def write_masked(target: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None) -> None:

@@ -16,7 +16,7 @@ from rlcollect.envs.base import EnvBase
 from rlcollect.envs.parallel_worker import SEED_REPLY, Command, describe_command, run_worker
 from rlcollect.envs.serial import CreateEnvFn, CreateEnvKwargs, env_factories
 from rlcollect.envs.specs import batch_spec
-from rlcollect.envs.worker_process import (
+from rlcollect.runtime.processes import (
     WorkerHandle,
     encode,
     shut_down_workers,

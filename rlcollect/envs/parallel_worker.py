@@ -1,7 +1,7 @@
 """The worker side of `ParallelEnv`: the sub-env's command set and the loop that serves it.
 
 One worker process holds one sub-env bound to its slice of the shared-memory carrier. The
-process, its pipes and the message format are `rlcollect.envs.worker_process`'s; here the
+process, its pipes and the message format are `rlcollect.runtime.processes`'s; here the
 header's argument is a time index or a seed. Step results never cross the pipe: they are in
 shared memory.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.worker_process import HEADER, OK, error_reply
+from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
 
 SEED_REPLY = struct.Struct("<q")
 
@@ -36,15 +36,12 @@ class Command(enum.IntEnum):
     CLOSE = 7
 
 
-def describe_command(message: bytes) -> str:
-    """The env call a message stands for, e.g. `step_and_advance_into(t=3)`, for error messages."""
-    command, argument = HEADER.unpack_from(message)
-    name = Command(command).name.lower()
-    if command == Command.SEED:
-        return f"set_seed({argument})"
-    if command in (Command.BIND, Command.CLOSE):
-        return name
-    return f"{name}_into(t={argument})"
+# The env call a message stands for, e.g. `step_and_advance_into(t=3)`, for error messages.
+describe_command = command_describer(
+    Command,
+    {Command.SEED: "set_seed({argument})", Command.BIND: "{name}", Command.CLOSE: "{name}"},
+    default="{name}_into(t={argument})",
+)
 
 
 # --- worker process ---------------------------------------------------------------------------

@@ -20,11 +20,11 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.errors import MisuseError
-from rlcollect.ray_runtime import RayLease, check_init_config, plain, require_ray
 from rlcollect.replay.replay_buffer import ReplayBuffer
 from rlcollect.replay.samplers import Sampler
 from rlcollect.replay.storage import Storage
 from rlcollect.replay.writers import Writer
+from rlcollect.runtime.ray_lease import RayLease, check_init_config, plain, require_ray
 
 # The `ray.remote` options the buffer's actor may be given.
 REMOTE_OPTIONS = frozenset(

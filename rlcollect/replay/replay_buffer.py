@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.compact import is_compact, transition_view
+from rlcollect.batch.compact import is_compact, transition_view
 from rlcollect.errors import MisuseError
 from rlcollect.keys import INDEX
 from rlcollect.replay.samplers import RandomSampler, Sampler

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rlcollect.compact import transition_view
+from rlcollect.batch.compact import transition_view
 from rlcollect.errors import MisuseError
 from rlcollect.keys import (
     ACTION,

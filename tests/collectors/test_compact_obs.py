@@ -27,7 +27,7 @@ from rlcollect import (
     keys,
     transition_view,
 )
-from rlcollect.compact import is_compact
+from rlcollect.batch.compact import is_compact
 from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
 

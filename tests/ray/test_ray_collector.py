@@ -18,8 +18,8 @@ from rlcollect.collectors import (
     RayCollector,
     SharedMemWeightSyncScheme,
 )
-from rlcollect.ray_runtime import RayLease
 from rlcollect.replay import ReplayBuffer
+from rlcollect.runtime.ray_lease import RayLease
 from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
 from tests.conftest import processes_gone

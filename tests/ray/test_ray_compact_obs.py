@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rlcollect import transition_view
+from rlcollect.batch.compact import is_compact
 from rlcollect.collectors.ray_collector import RayCollector
-from rlcollect.compact import is_compact
 from tests.ray.helpers import counting_env
 
 pytest.importorskip("ray")

@@ -12,6 +12,7 @@ and the path of the failing worker below this one (for workers that have workers
 from __future__ import annotations
 
 import contextlib
+import enum
 import multiprocessing
 import os
 import pickle
@@ -21,7 +22,7 @@ import struct
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -43,6 +44,22 @@ PRELOADED_MODULES = ["rlcollect"]
 def encode(command: int, argument: int = 0, payload: bytes = b"") -> bytes:
     """The message for `command`: header, then the payload (if any)."""
     return HEADER.pack(command, argument) + payload
+
+
+def command_describer(
+    command_set: type[enum.IntEnum], formats: Mapping[int, str], default: str = "{name}"
+) -> Callable[[bytes], str]:
+    """A `describe(message)` for error messages over one server's command set: the call a
+    message stands for, e.g. `set_seed(3)`. `formats` maps a command to a template over
+    `{name}` (the command's name, lower case) and `{argument}` (the header's argument);
+    other commands use `default`."""
+
+    def describe(message: bytes) -> str:
+        command, argument = HEADER.unpack_from(message)
+        template = formats.get(command, default)
+        return template.format(name=command_set(command).name.lower(), argument=argument)
+
+    return describe
 
 
 def error_reply(err: BaseException, context: str) -> bytes:

@@ -19,8 +19,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.compact import is_compact, transition_view
-from rlcollect.envs.carrier import end_of_trajectory
+from rlcollect.batch.compact import is_compact, transition_view
+from rlcollect.batch.flags import end_of_trajectory
 
 NestedKey = str | tuple[str, ...]
 
