@@ -6,12 +6,12 @@ The Ray classes import Ray only when built, so this package imports without the 
 from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi_async import MultiAsyncCollector
 from rlcollect.collectors.multi_sync import MultiSyncCollector
-from rlcollect.collectors.policy_map import PolicyMap
+from rlcollect.collectors.policy.policy_map import PolicyMap
 from rlcollect.collectors.ray_collector import RayCollector
 from rlcollect.collectors.ray_fleet import ActorError, ActorTimeoutError
-from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
 from rlcollect.collectors.view_requirements import ViewRequirement
-from rlcollect.collectors.weight_sync import (
+from rlcollect.collectors.weights.ray_scheme import RayWeightSyncScheme
+from rlcollect.collectors.weights.schemes import (
     MultiProcessWeightSyncScheme,
     NoWeightSyncScheme,
     SharedMemWeightSyncScheme,

@@ -7,15 +7,13 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-import torch
 from tensordict import TensorDictBase
-from tensordict.nn import InteractionType, set_interaction_type
+from tensordict.nn import InteractionType
 
 from rlcollect.batch.compact import compact_batch
 from rlcollect.batch.flags import end_flag_keys
 from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
-from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
-from rlcollect.collectors.carrier_layout import CarrierLayout
+from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.collector_control import CollectorControl
 from rlcollect.collectors.collector_setup import (
     BatchGeometry,
@@ -31,11 +29,12 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
-from rlcollect.collectors.policy import warn_if_action_misfits
-from rlcollect.collectors.policy_map import bind_policy_map, policy_or_map
-from rlcollect.collectors.policy_transforms import register_policy_transforms
-from rlcollect.collectors.policy_weights import PolicyHolder
+from rlcollect.collectors.policy.env_transforms import register_policy_transforms
+from rlcollect.collectors.policy.holder import PolicyHolder
+from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
+from rlcollect.collectors.policy.resolve import warn_if_action_misfits
 from rlcollect.collectors.profiling import RolloutProfiler
+from rlcollect.collectors.rollout import LoopFlags, RolloutLoop, TrajectoryStream
 from rlcollect.collectors.trajectory_views import TrajectoryViews
 from rlcollect.collectors.view_requirements import ViewRequirement
 from rlcollect.envs.factory import make_env
@@ -252,17 +251,14 @@ class Collector(CollectorControl):
         self.frames_per_batch = geometry.frames_per_batch
         self.total_frames = self._round_total("total_frames", total_frames)
         self.init_random_frames = self._round_total("init_random_frames", init_random_frames or 0)
-        self._build_loop(policy, observation_keys, view_requirements, sampling, soft_horizon)
-        self._trajectories = TrajectoryCounter()
-        self._episodes = EpisodeTracker()
-        self._background = BackgroundLoop(self._background_batch)
-        self._rollout_target: tuple[TensorDictBase, CarrierLayout, Any, Any] | None = None
-        self.frames = 0
-        self.iterations = 0
         # The env was reset into the carrier's slot T, where a batch starts from; its
         # trajectories get their ids when the first batch starts them.
-        self._needs_reset = False
-        self._unstarted = True
+        self.stream = TrajectoryStream()
+        self._build_loop(policy, observation_keys, view_requirements, sampling, soft_horizon)
+        self._background = BackgroundLoop(self._background_batch)
+        self._rollout_loop: tuple[TensorDictBase, RolloutLoop] | None = None
+        self.frames = 0
+        self.iterations = 0
         self._start_time: float | None = None
         self._frames_at_start = 0
         self._profiler: RolloutProfiler | None = None
@@ -303,76 +299,39 @@ class Collector(CollectorControl):
                 len(self.env.batch_size),
                 action_keys[0],
             )
-        self._random_step = self.layout.random_step(self.env)
-        self._policy_step = (
-            self.layout.policy_step(self.policy, self.inference_mode) or self._random_step
+        if self._whole_episodes is not None:  # cut by a reset: they never end
+            self.stream.on_reset.append(self._whole_episodes.drop_running)
+        flags = LoopFlags(
+            reset_at_each_iter=self.options.reset_at_each_iter,
+            set_truncated=self.set_truncated,
+            no_done_at_end=self.horizon.no_done_at_end,
+            exploration_type=self.exploration_type,
+            inference_mode=self.inference_mode,
+        )
+        self.loop = RolloutLoop(
+            self.env, self.layout, self.policy, self.steps_per_batch, self.stream, flags
         )
 
     def _round_total(self, argument: str, frames: int) -> int:
         return round_to_batches(argument, frames, self.frames_per_batch, 3)
 
-    # --- the rollout loop -----------------------------------------------------------------------
+    # --- one batch (the loop itself is rollout.py's) -------------------------------------------
 
-    def _collect(self, stop: Callable[[], bool] | None = None) -> None:
-        """Fill the carrier with one batch: prepare, run policy and env per step, account.
-
-        `stop` is polled before every step; when it answers True the batch is abandoned
-        (`BatchAbandonedError`): nothing is counted and the next batch starts from a reset.
-        """
+    def _collect(
+        self, stop: Callable[[], bool] | None = None, loop: RolloutLoop | None = None
+    ) -> None:
+        """Fill the carrier of `loop` (the collector's own by default) with one batch and
+        count it; a batch abandoned by `stop` is not counted (see `RolloutLoop.collect`)."""
         if self._start_time is None:
             self._start_time = time.perf_counter()
         if self._pre_collect_hook is not None:
             self._pre_collect_hook()
         self._poll_weight_schemes()
-        env, layout = self.env, self.layout
-        self._begin_batch()
-        random_phase = self.frames < self.init_random_frames
-        policy_step = self._random_step if random_phase else self._policy_step
-        env_step = layout.env_step(env)
-        try:
-            with torch.no_grad(), set_interaction_type(self.exploration_type):
-                for t in range(self.steps_per_batch):
-                    if stop is not None and stop():
-                        raise BatchAbandonedError
-                    policy_step(t)
-                    env_step(t)
-        except BaseException:
-            # The env has moved on but slot T was not written: carrying it over would start
-            # the next batch with a transition that never happened. Reset instead.
-            self._needs_reset = True
-            raise
-        self._end_batch()
+        (loop or self.loop).collect(self.frames < self.init_random_frames, stop)
         self.frames += self.frames_per_batch
         self.iterations += 1
         if self._profiler is not None:
             self._profiler.step()
-
-    def _begin_batch(self) -> None:
-        """Bind the carrier; start from a reset, or carry the last batch's end over."""
-        env, layout = self.env, self.layout
-        env.bind(layout.carrier)
-        if self._needs_reset or self.options.reset_at_each_iter:
-            env.reset_into(0)
-            layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
-            self._episodes.restart()
-            self._needs_reset = False
-            if self._whole_episodes is not None:
-                self._whole_episodes.drop_running()  # cut by the reset: they never end
-        else:
-            layout.carry_over()
-            if self._unstarted:
-                layout.start_trajectories(self._trajectories.take(layout.env_numel, layout.device))
-        self._unstarted = False
-
-    def _end_batch(self) -> None:
-        """Account the batch just collected: episode returns, flags, trajectory ids."""
-        layout = self.layout
-        layout.record_episodes(self._episodes)
-        if self.set_truncated:
-            layout.truncate_last_step()
-        layout.finish_batch(self._trajectories, self.policy.version)
-        if self.horizon.no_done_at_end:
-            layout.clear_done_flags()
 
     def _deliver(self) -> TensorDictBase:
         if self.options.compact_at_delivery:
@@ -425,22 +384,15 @@ class Collector(CollectorControl):
         if self.is_done:
             raise StopIteration
         own = self.layout
-        target = self._rollout_target
-        if target is None or target[0] is not rollout:
-            layout = own.adopt(rollout)  # validates rollout before anything changes
-            random_step = layout.random_step(self.env)
-            policy_step = layout.policy_step(self.policy, self.inference_mode) or random_step
-            target = self._rollout_target = (rollout, layout, random_step, policy_step)
-        _, layout, random_step, policy_step = target
-        layout.carry_from(own)
-        saved_steps = (self._random_step, self._policy_step)
-        self.layout, self._random_step, self._policy_step = layout, random_step, policy_step
+        if self._rollout_loop is None or self._rollout_loop[0] is not rollout:
+            # adopt() validates rollout before anything changes
+            self._rollout_loop = (rollout, self.loop.on(own.adopt(rollout)))
+        loop = self._rollout_loop[1]
+        loop.layout.carry_from(own)
         try:
-            self._collect()
+            self._collect(loop=loop)
         finally:
-            own.carry_from(layout)
-            self.layout = own
-            self._random_step, self._policy_step = saved_steps
+            own.carry_from(loop.layout)
         return rollout
 
     def _background_batch(self) -> bool:
@@ -468,7 +420,7 @@ class Collector(CollectorControl):
             # rather than leaving a hole inside one.
             self.frames -= self.frames_per_batch
             self.iterations -= 1
-            self._needs_reset = True
+            self.stream.needs_reset = True
             raise
         return not self.is_done
 

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlcollect.collectors.background import BackgroundLoop
-from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.iteration import BatchIteration
 from rlcollect.collectors.options import BatchOptions
-from rlcollect.collectors.policy_weights import PolicyHolder
+from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.collectors.rollout import TrajectoryStream
 from rlcollect.errors import MisuseError
 
 
@@ -34,9 +34,7 @@ class CollectorControl(BatchIteration):
     total_frames: int
     frames_per_batch: int
     _background: BackgroundLoop
-    _trajectories: TrajectoryCounter
-    _episodes: EpisodeTracker
-    _needs_reset: bool
+    stream: TrajectoryStream
     _start_time: float | None
     _frames_at_start: int
     _profiler: RolloutProfiler | None
@@ -100,7 +98,7 @@ class CollectorControl(BatchIteration):
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
         """Draw trajectory ids from `offset + k * stride` (a parent gives each worker its
         own progression, so that ids are unique across all workers)."""
-        self._trajectories.offset, self._trajectories.stride = offset, stride
+        self.stream.trajectories.offset, self.stream.trajectories.stride = offset, stride
 
     def _poll_weight_schemes(self) -> None:
         for scheme in self.options.weight_recv_schemes.values():
@@ -116,10 +114,10 @@ class CollectorControl(BatchIteration):
         state: dict[str, Any] = {
             "frames": self.frames,
             "iterations": self.iterations,
-            "next_traj_id": self._trajectories.next_id,
+            "next_traj_id": self.stream.trajectories.next_id,
             "policy_version": self.policy.version,
             "policy_state_dict": self.policy.state_dict(),
-            "episode_stats": self._episodes.state_dict(),
+            "episode_stats": self.stream.episodes.state_dict(),
         }
         if hasattr(self.env, "state_dict"):
             state["env_state_dict"] = self.env.state_dict()
@@ -130,24 +128,26 @@ class CollectorControl(BatchIteration):
         self._check_idle("load_state_dict()")
         self.frames = self._frames_at_start = int(state["frames"])
         self.iterations = int(state["iterations"])
-        self._trajectories.next_id = max(self._trajectories.next_id, int(state["next_traj_id"]))
+        self.stream.trajectories.next_id = max(
+            self.stream.trajectories.next_id, int(state["next_traj_id"])
+        )
         self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
         if "env_state_dict" in state and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env_state_dict"])
         if "episode_stats" in state:  # absent from checkpoints of earlier versions
-            self._episodes.load_state_dict(state["episode_stats"])
-        self._needs_reset = True
+            self.stream.episodes.load_state_dict(state["episode_stats"])
+        self.stream.needs_reset = True
 
     def set_seed(self, seed: int) -> int:
         """Seed the env (sub-env i gets `seed + i`); the next batch starts from a reset."""
         self._check_idle("set_seed()")
-        self._needs_reset = True
+        self.stream.needs_reset = True
         return self.env.set_seed(seed)
 
     def reset(self) -> None:
         """Start new trajectories: the next batch begins with an env reset."""
         self._check_idle("reset()")
-        self._needs_reset = True
+        self.stream.needs_reset = True
 
     def stats(self) -> dict[str, float]:
         """Frames, batches, frames/s, episodes finished, and the mean episode return twice: over
@@ -161,9 +161,9 @@ class CollectorControl(BatchIteration):
             "frames": self.frames,
             "batches": self.iterations,
             "frames_per_second": collected / elapsed if elapsed > 0 else 0.0,
-            "episodes": self._episodes.episodes,
-            "mean_episode_return": self._episodes.mean_return,
-            "mean_return_last_100": self._episodes.recent_mean_return,
+            "episodes": self.stream.episodes.episodes,
+            "mean_episode_return": self.stream.episodes.mean_return,
+            "mean_return_last_100": self.stream.episodes.recent_mean_return,
             # TorchRL's entries, for code written against its stats()
             "total_frames": self.total_frames,
             "completed": self.is_done,

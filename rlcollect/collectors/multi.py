@@ -33,9 +33,8 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
-from rlcollect.collectors.policy_map import policy_or_map
-from rlcollect.collectors.sent_weights import SentWeights
-from rlcollect.collectors.weight_sync import (
+from rlcollect.collectors.policy.policy_map import policy_or_map
+from rlcollect.collectors.weights.schemes import (
     POLICY_MODEL_ID,
     NoWeightSyncScheme,
     SharedMemWeightSyncScheme,
@@ -43,6 +42,7 @@ from rlcollect.collectors.weight_sync import (
     WeightSyncScheme,
     check_schemes,
 )
+from rlcollect.collectors.weights.sender import SentWeights
 from rlcollect.collectors.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
 from rlcollect.envs.serial import per_worker

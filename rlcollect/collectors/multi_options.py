@@ -9,11 +9,8 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torch import nn
-
 from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.options import _check_int
-from rlcollect.collectors.weight_sync import Weights, flat_weights
 from rlcollect.envs.serial import per_worker
 
 
@@ -92,12 +89,6 @@ def check_worker_arguments(
                 f"got {factory!r}."
             )
     return factories
-
-
-def weight_template(policy: Any, policy_factory: Callable[[], Any] | None) -> Weights:
-    """The names, shapes and dtypes of the policy's weights (empty for random actions)."""
-    source = policy if policy is not None else (policy_factory() if policy_factory else None)
-    return flat_weights(source) if isinstance(source, nn.Module) else {}
 
 
 def in_worker_process() -> bool:

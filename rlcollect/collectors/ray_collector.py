@@ -21,7 +21,8 @@ from rlcollect.collectors.collector import Collector
 from rlcollect.collectors.multi import UPDATE_TIMEOUT
 from rlcollect.collectors.multi_sync import gather_batches, gather_episodes
 from rlcollect.collectors.options import BatchOptions, round_to_batches, validate_frames
-from rlcollect.collectors.policy_map import policy_or_map
+from rlcollect.collectors.policy.policy_map import policy_or_map
+from rlcollect.collectors.policy.weights import Weights
 from rlcollect.collectors.ray_background import BackgroundWriting
 from rlcollect.collectors.ray_control import RayCollectorControl
 from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot, Call
@@ -33,7 +34,6 @@ from rlcollect.collectors.ray_options import (
     plan_actors,
 )
 from rlcollect.collectors.ray_weights import ActorWeights, check_update_timeout, select_actors
-from rlcollect.collectors.weight_sync import Weights
 from rlcollect.collectors.worker_pool import RESTART_ID_GAP
 from rlcollect.runtime.ray_lease import RayLease, check_init_config, require_ray
 

@@ -14,8 +14,8 @@ from rlcollect.collectors.multi_options import check_options
 from rlcollect.collectors.multi_sync import episode_layout
 from rlcollect.collectors.options import _check_int, validate_frames
 from rlcollect.collectors.ray_actor import ActorSpec
-from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
-from rlcollect.collectors.weight_sync import (
+from rlcollect.collectors.weights.ray_scheme import RayWeightSyncScheme
+from rlcollect.collectors.weights.schemes import (
     POLICY_MODEL_ID,
     NoWeightSyncScheme,
     WeightSyncScheme,

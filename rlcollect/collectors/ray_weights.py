@@ -14,12 +14,12 @@ from typing import Any
 from rlcollect.collectors.multi import CHILD_TIMEOUT_SHARE, UPDATE_TIMEOUT
 from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot
 from rlcollect.collectors.ray_options import choose_scheme
-from rlcollect.collectors.ray_weight_sync import RayWeightSyncScheme
-from rlcollect.collectors.sent_weights import SentWeights
-from rlcollect.collectors.weight_sync import (
+from rlcollect.collectors.weights.ray_scheme import RayWeightSyncScheme
+from rlcollect.collectors.weights.schemes import (
     NoWeightSyncScheme,
     Weights,
 )
+from rlcollect.collectors.weights.sender import SentWeights
 
 
 class ActorWeights:

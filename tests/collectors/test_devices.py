@@ -7,7 +7,7 @@ import torch
 
 from rlcollect import Collector
 from rlcollect.collectors.devices import DeviceSplit
-from rlcollect.collectors.policy_weights import PolicyHolder
+from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.envs import GymEnv
 from tests.collectors.policies import greedy_module
 

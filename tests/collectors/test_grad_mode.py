@@ -97,7 +97,7 @@ def test_inference_mode_must_be_a_bool() -> None:
 
 
 def test_uninitialised_lazy_policies_stay_under_no_grad() -> None:
-    from rlcollect.collectors.policy import has_lazy_parameters, policy_grad_mode
+    from rlcollect.collectors.policy.resolve import has_lazy_parameters, policy_grad_mode
 
     lazy = LazyScorer()
     assert has_lazy_parameters(lazy)

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlcollect.collectors.multi_options import weight_template
-from rlcollect.collectors.policy_map import one_policy_weights
-from rlcollect.collectors.weight_sync import Weights, transient_names, validated_weights
+from rlcollect.collectors.policy.weights import (
+    Weights,
+    one_policy_weights,
+    transient_names,
+    validated_weights,
+    weight_template,
+)
 
 
 class SentWeights:

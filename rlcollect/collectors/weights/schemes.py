@@ -11,11 +11,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-from tensordict import TensorDict, TensorDictBase
-from torch import nn
+from tensordict import TensorDict
 
-Weights = dict[str, torch.Tensor]
+from rlcollect.collectors.policy.weights import Weights
+
 POLICY_MODEL_ID = "policy"
 
 
@@ -151,81 +150,3 @@ def check_schemes(argument: str, schemes: Mapping[str, Any] | None) -> dict[str,
                 f"SharedMemWeightSyncScheme()); got {type(scheme).__name__}."
             )
     return schemes
-
-
-# --- weights: normalised and validated before anything is sent --------------------------------
-
-
-def flat_weights(weights: Any) -> Weights:
-    """A module, a state dict or a TensorDict of parameters, as a flat `{name: tensor}`."""
-    if isinstance(weights, nn.Module):
-        return dict(weights.state_dict())
-    if isinstance(weights, TensorDictBase):
-        return dict(weights.flatten_keys(".").items())
-    if isinstance(weights, Mapping):
-        return dict(weights)
-    raise TypeError(
-        "update_policy_weights_ takes an nn.Module, a state dict or a TensorDict of "
-        f"parameters; got {type(weights).__name__}."
-    )
-
-
-def _align_prefix(names: set[str], template: set[str]) -> str | None:
-    """The "module." prefix to add (or remove) so that `names` match a wrapped policy's."""
-    for prefix in ("module.", "module.0.module."):
-        if {prefix + name for name in names} == template:
-            return "+" + prefix
-        if {name.removeprefix(prefix) for name in names} == template:
-            return "-" + prefix
-    return None
-
-
-def transient_names(policy: Any) -> frozenset[str]:
-    """The names `TensorDict.from_module(policy)` has but its state dict lacks: buffers
-    registered with `persistent=False`, which are no weights to send."""
-    if not isinstance(policy, nn.Module):
-        return frozenset()
-    every = set(TensorDict.from_module(policy).flatten_keys(".").keys())
-    return frozenset(every - set(policy.state_dict()))
-
-
-def validated_weights(
-    weights: Any, template: Weights, transient: frozenset[str] = frozenset()
-) -> Weights:
-    """`weights` checked against `template` (names, shapes, dtypes), detached, on CPU.
-
-    The weights of the policy the collector was given may come as they are or as those of the
-    plain module a `TensorDictModule` wraps (names without its `module.` prefix). Entries named
-    in `transient` (non-persistent buffers, which `TensorDict.from_module` includes) are left
-    out.
-
-    Raises:
-        ValueError: naming the missing or extra key, or the key of wrong shape or dtype.
-    """
-    flat = {name: value for name, value in flat_weights(weights).items() if name not in transient}
-    if set(flat) != set(template):
-        alignment = _align_prefix(set(flat), set(template))
-        if alignment is not None:
-            sign, prefix = alignment[0], alignment[1:]
-            flat = {
-                (prefix + name if sign == "+" else name.removeprefix(prefix)): tensor
-                for name, tensor in flat.items()
-            }
-    missing, extra = sorted(set(template) - set(flat)), sorted(set(flat) - set(template))
-    if missing or extra:
-        raise ValueError(
-            f"the weights do not match the policy: missing keys {missing}, unexpected keys "
-            f"{extra}; expected the keys of the policy's state_dict(): {sorted(template)}."
-        )
-    checked: Weights = {}
-    for name, expected in template.items():
-        tensor = flat[name]
-        if not isinstance(tensor, torch.Tensor):
-            raise ValueError(f"weights[{name!r}] is a {type(tensor).__name__}, not a tensor.")
-        if tensor.shape != expected.shape or tensor.dtype != expected.dtype:
-            raise ValueError(
-                f"weights[{name!r}] has shape {tuple(tensor.shape)} and dtype {tensor.dtype}; "
-                f"the policy's has shape {tuple(expected.shape)} and dtype {expected.dtype}."
-            )
-        checked[name] = tensor.detach()
-    return checked

@@ -24,8 +24,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect import keys
-from rlcollect.collectors.policy import resolve_policy
-from rlcollect.collectors.weight_sync import transient_names, validated_weights
+from rlcollect.collectors.policy.resolve import resolve_policy
 
 NestedKey = str | tuple[str, ...]
 _RESERVED_IDS = frozenset({keys.NEXT, keys.COLLECTOR, *keys.DONE_KEYS, keys.POLICY_VERSION})
@@ -322,37 +321,3 @@ def bind_policy_map(policy: Any, env: Any) -> list[Callable[[TensorDictBase], Te
         return []
     policy.bind(env)
     return [policy.policy_batches] if policy.regroups else []
-
-
-def policy_by_id(policy_map: Any, policy_id: str) -> nn.Module:
-    """Policy `policy_id` of `policy_map`, or an error when the collector runs one policy."""
-    if not isinstance(policy_map, PolicyMap):
-        raise ValueError(
-            f"policy_id={policy_id!r} addresses one of several policies, but this collector "
-            "runs one policy; pass policies={...} to address them by id."
-        )
-    return policy_map.policy(policy_id)
-
-
-def one_policy_weights(
-    policy_map: Any, policy_id: str, weights: Any, current: Mapping[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    """The whole map's weights `current` (as last sent to workers), with those of `policy_id`
-    replaced by `weights`, checked against them (None: read from the map's own policy).
-
-    Raises:
-        ValueError: the collector runs one policy, or the weights do not match the policy's.
-        KeyError: `policy_id` is not a policy of the map.
-    """
-    policy = policy_by_id(policy_map, policy_id)
-    prefix = f"policies.{policy_id}."
-    template = {
-        name.removeprefix(prefix): tensor
-        for name, tensor in current.items()
-        if name.startswith(prefix)
-    }
-    source = policy if weights is None else weights
-    checked = validated_weights(source, template, transient_names(policy))
-    updated = dict(current)
-    updated.update({prefix + name: tensor for name, tensor in checked.items()})
-    return updated

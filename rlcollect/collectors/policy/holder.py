@@ -11,8 +11,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from rlcollect.collectors.policy import extra_output_keys, resolve_policy
-from rlcollect.collectors.policy_map import policy_by_id
+from rlcollect.collectors.policy.resolve import extra_output_keys, resolve_policy
+from rlcollect.collectors.policy.weights import policy_by_id
 
 
 def _parameter_devices(module: Any) -> set[torch.device]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlcollect.collectors.weight_sync import Weights, WeightSyncScheme
+from rlcollect.collectors.policy.weights import Weights
+from rlcollect.collectors.weights.schemes import WeightSyncScheme
 from rlcollect.errors import MisuseError
 from rlcollect.runtime.ray_lease import require_ray
 
