@@ -39,6 +39,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.carrier import CarrierViews, allocate_carrier
+from rlcollect.envs.rollout import run_rollout
 from rlcollect.envs.specs import Composite, TensorSpec, spec_leaves
 from rlcollect.errors import MisuseError
 
@@ -56,7 +57,8 @@ class EnvBase:
     (`step_and_maybe_reset` does it). `done == terminated | truncated` always.
 
     Subclasses set `batch_size`, `device`, `observation_spec`, `action_spec`, `reward_spec` and
-    `done_spec` in `__init__` (leaf specs with the batch dims first, as TorchRL's).
+    `done_spec` in `__init__` (leaf specs with the batch dims first, as TorchRL's). Its TensorDict
+    face is `EnvProtocol` (`envs/protocol.py`), the contract TorchRL's envs meet too.
     """
 
     _abstract = True
@@ -347,8 +349,6 @@ class EnvBase:
                 otherwise the done sub-envs are reset and the rollout goes on.
             tensordict: the starting root when `auto_reset=False`.
         """
-        from rlcollect.envs.rollout import run_rollout
-
         return run_rollout(self, max_steps, policy, auto_reset, break_when_any_done, tensordict)
 
     def close(self) -> None:

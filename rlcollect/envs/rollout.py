@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-
-if TYPE_CHECKING:
-    from rlcollect.envs.base import EnvBase
+from rlcollect.envs.protocol import EnvProtocol
 
 
 def run_rollout(
-    env: EnvBase,
+    env: EnvProtocol,
     max_steps: int,
     policy: Callable[[TensorDictBase], TensorDictBase] | None,
     auto_reset: bool,
     break_when_any_done: bool,
     tensordict: TensorDictBase | None,
 ) -> TensorDictBase:
-    """Step `env` up to `max_steps` times and stack the steps along a last dim named "time"."""
+    """Step `env` up to `max_steps` times and stack the steps along a last dim named "time".
+
+    `env` is any env of the TensorDict contract (`EnvProtocol`): this loop uses only `reset`,
+    `rand_action`, `step`, `step_and_maybe_reset`, the key lists and `batch_size`.
+    """
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1; got {max_steps}.")
     if auto_reset:
