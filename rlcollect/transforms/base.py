@@ -1,9 +1,13 @@
-"""`Transform`, the contract of an env transform, and `Compose`, which chains transforms."""
+"""`Transform`, the contract of an env transform, and `Compose`, which chains transforms.
+
+A transform asks its container (`TransformContainer`: the transformed env, or a `Compose`) for
+the env it sees, so this module never imports the env class that holds transforms.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from tensordict import NestedKey, TensorDictBase, unravel_key
@@ -35,6 +39,17 @@ def as_key_list(
                 'Pass e.g. ["observation"] or [("agents", "observation")].'
             ) from err
     return result
+
+
+class TransformContainer(Protocol):
+    """What holds a transform: the transformed env at the top, or a `Compose` inside it."""
+
+    def env_before(self, child: Transform) -> EnvBase | None:
+        """The env as `child` sees it: the base env and the transforms before `child`."""
+
+    def view_through(self, env: EnvBase, transforms: Sequence[Transform]) -> EnvBase:
+        """`env` seen through `transforms`, without attaching them; the transformed env at the
+        top builds it, a `Compose` forwards the question to its own container."""
 
 
 def reset_mask(tensordict: TensorDictBase, flag: torch.Tensor) -> torch.Tensor:
@@ -139,11 +154,11 @@ class Transform(nn.Module):
     # --- attachment -------------------------------------------------------------------------
 
     @property
-    def container(self) -> object | None:
+    def container(self) -> TransformContainer | None:
         """The `TransformedEnv` or `Compose` holding this transform (None when detached)."""
         return self.__dict__["_container"]
 
-    def set_container(self, container: object | None) -> None:
+    def set_container(self, container: TransformContainer | None) -> None:
         """Attach the transform to `container` (done by `TransformedEnv` and `Compose`)."""
         self.__dict__["_container"] = container
 
@@ -151,11 +166,7 @@ class Transform(nn.Module):
     def parent(self) -> EnvBase | None:
         """The env as this transform sees it: the base env and the transforms before it."""
         container = self.container
-        if container is None:
-            return None
-        if isinstance(container, Compose):
-            return container.env_before(self)
-        return container.base_env  # type: ignore[attr-defined]
+        return None if container is None else container.env_before(self)
 
     def require_parent(self) -> EnvBase:
         """`self.parent`, or an error saying the transform must be attached first."""
@@ -213,7 +224,7 @@ class Compose(Transform):
         if self.container is not None:
             transform.set_container(self)
 
-    def set_container(self, container: object | None) -> None:
+    def set_container(self, container: TransformContainer | None) -> None:
         super().set_container(container)
         for transform in self:
             transform.set_container(self)
@@ -224,11 +235,20 @@ class Compose(Transform):
         if index not in self._views:
             outer = self.parent
             if outer is not None and index > 0:
-                from rlcollect.transforms.transformed_env import TransformedEnv
-
-                outer = TransformedEnv.view(outer, list(self)[:index])
+                outer = self.view_through(outer, list(self)[:index])
             self._views[index] = outer
         return self._views[index]
+
+    def view_through(self, env: EnvBase, transforms: Sequence[Transform]) -> EnvBase:
+        """`env` seen through `transforms`, asked of this Compose's container (the transformed
+        env at the top of the chain builds it)."""
+        container = self.container
+        if container is None:
+            raise MisuseError(
+                f"{self!r} is not attached to an env, so it cannot build the env its "
+                "transforms see; wrap the env first: TransformedEnv(env, Compose(...))."
+            )
+        return container.view_through(env, transforms)
 
     def clear_views(self) -> None:
         """Forget the cached `env_before` views (their specs are stale after a change)."""

@@ -70,6 +70,16 @@ class TransformedEnv(EnvBase):
         """The wrapped env."""
         return self._base_env
 
+    # --- container of the transforms (`TransformContainer`) ---------------------------------
+
+    def env_before(self, child: Transform) -> EnvBase:
+        """The env as `child` (the transform chain this env holds) sees it: the base env."""
+        return self._base_env
+
+    def view_through(self, env: EnvBase, transforms: Sequence[Transform]) -> TransformedEnv:
+        """`env` seen through `transforms`: what a `Compose` asks for its children's `parent`."""
+        return self.view(env, transforms)
+
     @property
     def group_map(self) -> dict[str, list[str]]:
         return self._base_env.group_map
