@@ -18,6 +18,7 @@ from rlcollect.envs.gym_spaces import (
     spec_from_space,
     write_value,
 )
+from rlcollect.envs.numpy_rows import NumpyRows, bind_numpy_rows
 from rlcollect.envs.specs import Categorical, Composite, Unbounded
 
 
@@ -66,6 +67,8 @@ class GymEnv(EnvBase):
         >>> env.close()
     """
 
+    _rows: NumpyRows  # the carrier's NumPy views, set by `_bind`
+
     def __init__(
         self,
         env: str | gym.Env,
@@ -113,39 +116,30 @@ class GymEnv(EnvBase):
     # --- buffer face --------------------------------------------------------------------------
 
     def _bind(self, carrier: TensorDictBase) -> None:
-        if carrier.device is not None and carrier.device.type != "cpu":
-            raise ValueError(
-                f"GymEnv writes through NumPy views and needs a CPU carrier; got one on "
-                f"{carrier.device}. Keep env_device='cpu' and set storing_device instead."
-            )
-        next_td = carrier.get(keys.NEXT)
-        self._root_rows = [carrier.get(path.key).numpy() for path in self._paths]
-        self._next_rows = [next_td.get(path.key).numpy() for path in self._paths]
-        self._action_rows = carrier.get(keys.ACTION).numpy()
-        self._reward_rows = next_td.get(keys.REWARD).numpy()
-        self._root_flag_rows = [carrier.get(name).numpy() for name in keys.DONE_KEYS]
-        self._next_flag_rows = [next_td.get(name).numpy() for name in keys.DONE_KEYS]
-        self._next_done_rows = self._next_flag_rows[0][..., 0]
-        self._reward_cells = flat_cells(self._reward_rows)
-        self._next_flag_cells = [flat_cells(rows) for rows in self._next_flag_rows]
+        rows = self._rows = bind_numpy_rows(carrier, self._paths, type(self).__name__)
+        self._next_done_rows = rows.next_flags[0][..., 0]
+        self._reward_cells = flat_cells(rows.reward)
+        self._next_flag_cells = [flat_cells(flag) for flag in rows.next_flags]
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         self._check_open()
         if mask is not None and not bool(mask):
             return
         observation, _ = self._env.reset()
-        self._write_observation(self._root_rows, t, observation)
-        for rows in self._root_flag_rows:
-            rows[t] = False
+        rows = self._rows
+        self._write_observation(rows.root_observations, t, observation)
+        for flag in rows.root_flags:
+            flag[t] = False
 
     def step_into(self, t: int) -> None:
         self._check_open()
-        action = self._read_action(self._action_rows[t])
+        rows = self._rows
+        action = self._read_action(rows.action[t])
         observation, reward, terminated, truncated, _ = self._env.step(action)
-        self._write_observation(self._next_rows, t, observation)
-        self._reward_rows[t] = reward
+        self._write_observation(rows.next_observations, t, observation)
+        rows.reward[t] = reward
         done = terminated or truncated
-        done_rows, terminated_rows, truncated_rows = self._next_flag_rows
+        done_rows, terminated_rows, truncated_rows = rows.next_flags
         done_rows[t] = done
         terminated_rows[t] = terminated
         truncated_rows[t] = truncated
@@ -156,14 +150,15 @@ class GymEnv(EnvBase):
         if self._next_done_rows[t]:
             self.reset_into(t + 1)
             return
-        self._write_observation(self._root_rows, t + 1, self._last_observation)
+        self._write_observation(self._rows.root_observations, t + 1, self._last_observation)
 
     def step_and_advance_into(self, t: int) -> None:
         """`step_into(t)` then `advance_into(t)` in one call: the collectors' hot path."""
         self._check_open()
-        action = self._read_action(self._action_rows[t])
+        rows = self._rows
+        action = self._read_action(rows.action[t])
         observation, reward, terminated, truncated, _ = self._env.step(action)
-        self._write_observation(self._next_rows, t, observation)
+        self._write_observation(rows.next_observations, t, observation)
         self._reward_cells[t] = float(reward)
         done = bool(terminated or truncated)
         done_cells, terminated_cells, truncated_cells = self._next_flag_cells
@@ -173,7 +168,7 @@ class GymEnv(EnvBase):
         if done:
             self.reset_into(t + 1)
         else:
-            self._write_observation(self._root_rows, t + 1, observation)
+            self._write_observation(rows.root_observations, t + 1, observation)
 
     def _write_observation(self, rows: list[np.ndarray], t: int, observation: Any) -> None:
         if self._is_plain_observation:

@@ -22,6 +22,7 @@ from rlcollect.envs.gym_spaces import (
     spec_from_space,
     write_value,
 )
+from rlcollect.envs.numpy_rows import NumpyRows, bind_numpy_rows
 from rlcollect.envs.specs import Categorical, Composite, OneHot, TensorSpec, Unbounded
 
 SUPPORTED_MODES = (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
@@ -154,6 +155,8 @@ class GymVectorEnv(EnvBase):
         >>> env.close()
     """
 
+    _rows: NumpyRows  # the carrier's NumPy views, set by `_bind`
+
     def __init__(
         self,
         vector_env_or_id: str | gym.vector.VectorEnv,
@@ -201,18 +204,7 @@ class GymVectorEnv(EnvBase):
     # --- buffer face --------------------------------------------------------------------------
 
     def _bind(self, carrier: TensorDictBase) -> None:
-        if carrier.device is not None and carrier.device.type != "cpu":
-            raise ValueError(
-                f"GymVectorEnv writes through NumPy views and needs a CPU carrier; got one on "
-                f"{carrier.device}. Keep env_device='cpu' and set storing_device instead."
-            )
-        next_td = carrier.get(keys.NEXT)
-        self._root_rows = [carrier.get(path.key).numpy() for path in self._paths]
-        self._next_rows = [next_td.get(path.key).numpy() for path in self._paths]
-        self._action_rows = carrier.get(keys.ACTION).numpy()
-        self._reward_rows = next_td.get(keys.REWARD).numpy()
-        self._root_flag_rows = [carrier.get(name).numpy() for name in keys.DONE_KEYS]
-        self._next_flag_rows = [next_td.get(name).numpy() for name in keys.DONE_KEYS]
+        self._rows = bind_numpy_rows(carrier, self._paths, type(self).__name__)
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         self._check_open()
@@ -226,31 +218,32 @@ class GymVectorEnv(EnvBase):
         fresh = selected & ~autoreset
         if fresh.all():
             observation, _ = self._env.reset()
-            self._write_observation(self._root_rows, t, observation)
+            self._write_observation(self._rows.root_observations, t, observation)
         elif fresh.any():
             observation, _ = self._env.reset(options={"reset_mask": fresh.copy()})
             self._write_observation_masked(t, observation, fresh)
         if autoreset.any():
             self._write_observation_masked(t, self._last_observation, autoreset)
-        for rows in self._root_flag_rows:
-            rows[selected, t] = False
+        for flag in self._rows.root_flags:
+            flag[selected, t] = False
         self._autoreset = self._autoreset & ~selected
 
     def step_into(self, t: int) -> None:
         self._step_rows(t)
 
     def advance_into(self, t: int) -> None:
-        self._write_observation(self._root_rows, t + 1, self._last_observation)
+        rows = self._rows
+        self._write_observation(rows.root_observations, t + 1, self._last_observation)
         # The carrier's flags, not the env's: a wrapper (e.g. a step limit) may have set them.
         # The sub-envs the vector env reset itself already have their reset observation.
-        unreset = self._next_flag_rows[0][:, t, 0] & ~self._autoreset
+        unreset = rows.next_flags[0][:, t, 0] & ~self._autoreset
         self._autoreset = self._no_autoreset
         if unreset.any():
             self.reset_into(t + 1, torch.from_numpy(unreset))
 
     def step_and_advance_into(self, t: int) -> None:
         observation = self._step_rows(t)
-        self._write_observation(self._root_rows, t + 1, observation)
+        self._write_observation(self._rows.root_observations, t + 1, observation)
         self._autoreset = self._no_autoreset
         if self._mode is AutoresetMode.DISABLED and self._last_done.any():
             self.reset_into(t + 1, torch.from_numpy(self._last_done))
@@ -258,12 +251,13 @@ class GymVectorEnv(EnvBase):
     def _step_rows(self, t: int) -> Any:
         """Step the vector env with the actions at `t` and write `"next"` at `t`."""
         self._check_open()
-        actions = self._read_actions(self._action_rows[:, t])
+        rows = self._rows
+        actions = self._read_actions(rows.action[:, t])
         observation, reward, terminated, truncated, info = self._env.step(actions)
-        self._write_observation(self._next_rows, t, observation)
-        self._reward_rows[:, t, 0] = reward
+        self._write_observation(rows.next_observations, t, observation)
+        rows.reward[:, t, 0] = reward
         done = terminated | truncated
-        done_rows, terminated_rows, truncated_rows = self._next_flag_rows
+        done_rows, terminated_rows, truncated_rows = rows.next_flags
         done_rows[:, t, 0] = done
         terminated_rows[:, t, 0] = terminated
         truncated_rows[:, t, 0] = truncated
@@ -279,7 +273,7 @@ class GymVectorEnv(EnvBase):
     def _write_final_observations(self, t: int, final: np.ndarray, present: np.ndarray) -> None:
         """`"next"` at a done step holds the terminal observation, not the reset one."""
         for index in np.flatnonzero(present):
-            for path, rows in zip(self._paths, self._next_rows, strict=True):
+            for path, rows in zip(self._paths, self._rows.next_observations, strict=True):
                 write_value(rows[index], t, path.extract(final[index]), path.one_hot)
 
     def _write_observation(self, rows_list: list[np.ndarray], t: int, observation: Any) -> None:
@@ -287,7 +281,7 @@ class GymVectorEnv(EnvBase):
             write_batch(rows, t, path.extract(observation), path)
 
     def _write_observation_masked(self, t: int, observation: Any, mask: np.ndarray) -> None:
-        for path, rows in zip(self._paths, self._root_rows, strict=True):
+        for path, rows in zip(self._paths, self._rows.root_observations, strict=True):
             write_batch_masked(rows, t, path.extract(observation), path, mask)
 
     # --- protocol -----------------------------------------------------------------------------
