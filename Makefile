@@ -1,5 +1,5 @@
 # Thin wrappers over scripts/rlc.sh, which sets up .venv from nothing.
-.PHONY: install train test lint bench
+.PHONY: install train test lint bench docs
 
 install:
 	bash scripts/rlc.sh test --version
@@ -15,3 +15,6 @@ lint:
 
 bench:
 	bash scripts/rlc.sh bench
+
+docs:
+	bash scripts/rlc.sh docs

@@ -4,6 +4,7 @@
 #   bash scripts/rlc.sh test  [pytest args]      -> the test suite
 #   bash scripts/rlc.sh bench                    -> benchmarks/*.py
 #   bash scripts/rlc.sh lint                     -> ruff
+#   bash scripts/rlc.sh docs  [mkdocs args]      -> the documentation site, built into site/
 # torch==2.13.0 is installed first, on its own: a CPU build is what a fresh machine gets, and
 # letting pip resolve torch through other packages would pull a newer CUDA build (gigabytes).
 set -euo pipefail
@@ -37,5 +38,6 @@ case "$job" in
       "$VENV/bin/python" "$script" "$@"
     done ;;
   lint) setup dev; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . ;;
-  *) echo "usage: bash scripts/rlc.sh {train|test|bench|lint} [args...]" >&2; exit 2 ;;
+  docs) setup docs; exec "$VENV/bin/mkdocs" build --strict "$@" ;;
+  *) echo "usage: bash scripts/rlc.sh {train|test|bench|lint|docs} [args...]" >&2; exit 2 ;;
 esac
