@@ -51,7 +51,7 @@ def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
         return None
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         from rlcollect.collectors import Collector, RayCollector
-        from rlcollect.collectors.multi import MultiCollectorBase
+        from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 
         if not isinstance(target, type):
             return None
@@ -298,7 +298,7 @@ def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
     then live in shared memory)."""
     from hydra.utils import get_class
 
-    from rlcollect.collectors.multi import MultiCollectorBase
+    from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 
     require_target(cfg, key)
     try:

@@ -3,13 +3,13 @@
 The Ray classes import Ray only when built, so this package imports without the ray extra.
 """
 
-from rlcollect.collectors.collector import Collector
-from rlcollect.collectors.multi_async import MultiAsyncCollector
-from rlcollect.collectors.multi_sync import MultiSyncCollector
+from rlcollect.collectors.multiprocess.async_collector import MultiAsyncCollector
+from rlcollect.collectors.multiprocess.sync_collector import MultiSyncCollector
 from rlcollect.collectors.policy.policy_map import PolicyMap
-from rlcollect.collectors.ray_collector import RayCollector
-from rlcollect.collectors.ray_fleet import ActorError, ActorTimeoutError
-from rlcollect.collectors.view_requirements import ViewRequirement
+from rlcollect.collectors.ray.collector import RayCollector
+from rlcollect.collectors.ray.fleet import ActorError, ActorTimeoutError
+from rlcollect.collectors.sampling.view_requirements import ViewRequirement
+from rlcollect.collectors.single.collector import Collector
 from rlcollect.collectors.weights.ray_scheme import RayWeightSyncScheme
 from rlcollect.collectors.weights.schemes import (
     MultiProcessWeightSyncScheme,

@@ -21,7 +21,7 @@ from rlcollect.collectors.devices import DeviceSplit
 from rlcollect.collectors.policy.recurrent_state import PolicyStateCarry, policy_state_keys
 from rlcollect.collectors.policy.resolve import policy_grad_mode, policy_outputs
 from rlcollect.collectors.policy.steps import DictStep, ModuleStep, RandomStep, is_fast_module
-from rlcollect.collectors.trajectory_views import TrajectoryViews
+from rlcollect.collectors.sampling.trajectory_views import TrajectoryViews
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.non_tensor import copy_non_tensor, non_tensor_keys, time_index
 

@@ -15,7 +15,7 @@ from rlcollect.batch.compact import CompactObservations
 Process = Callable[[TensorDictBase], TensorDictBase]
 
 
-def _check_int(name: str, value: Any) -> int:
+def check_int(name: str, value: Any) -> int:
     """`value` as an int, or a TypeError naming it."""
     if not keys.is_int(value):
         raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__}).")
@@ -24,8 +24,8 @@ def _check_int(name: str, value: Any) -> int:
 
 def validate_frames(frames_per_batch: Any, total_frames: Any) -> tuple[int, int]:
     """Check `frames_per_batch` (> 0) and `total_frames` (> 0, or -1 for endless); as ints."""
-    frames_per_batch = _check_int("frames_per_batch", frames_per_batch)
-    total_frames = _check_int("total_frames", total_frames)
+    frames_per_batch = check_int("frames_per_batch", frames_per_batch)
+    total_frames = check_int("total_frames", total_frames)
     if frames_per_batch <= 0:
         raise ValueError(
             f"frames_per_batch={frames_per_batch} must be a positive number of frames, "

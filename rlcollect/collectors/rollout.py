@@ -24,10 +24,13 @@ from typing import Any
 import torch
 from tensordict.nn import InteractionType, set_interaction_type
 
-from rlcollect.collectors.background import BatchAbandonedError
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.policy.holder import PolicyHolder
+
+
+class BatchAbandonedError(Exception):
+    """A batch given up half-way (its `stop` answered True, e.g. at shutdown)."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ from rlcollect.envs.factory import make_env
 from rlcollect.envs.gym import GymEnv
 from rlcollect.envs.specs import batch_spec
 from rlcollect.envs.torchrl_env import is_torchrl_env
+from rlcollect.runtime.fan_out import per_child
 
 EnvFactory = Callable[[], EnvBase]
 CreateEnvFn = str | Callable[..., Any] | Sequence[Callable[..., Any]]
@@ -44,8 +45,8 @@ def env_factories(
             f"num_workers must be a positive int; got num_workers={num_workers!r}. "
             "Pass the number of sub-envs to batch, e.g. num_workers=4."
         )
-    functions = per_worker("create_env_fn", create_env_fn, num_workers)
-    kwargs_list = per_worker("create_env_kwargs", create_env_kwargs or {}, num_workers)
+    functions = per_child("create_env_fn", create_env_fn, num_workers)
+    kwargs_list = per_child("create_env_kwargs", create_env_kwargs or {}, num_workers)
     factories: list[EnvFactory] = []
     for index, (function, kwargs) in enumerate(zip(functions, kwargs_list, strict=True)):
         if not isinstance(kwargs, Mapping):
@@ -80,18 +81,6 @@ def check_gym_id(env_id: str) -> None:
             "spelling and version suffix (e.g. 'CartPole-v1'), or import the package that "
             "registers it."
         ) from err
-
-
-def per_worker(name: str, value: Any, num_workers: int) -> list[Any]:
-    """`value` repeated for every worker, or `value` itself when it is a per-worker list."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != num_workers:
-            raise ValueError(
-                f"{name} is a list of {len(value)} entries but num_workers={num_workers}; "
-                f"give one entry per worker, or a single value for all."
-            )
-        return list(value)
-    return [value] * num_workers
 
 
 def build_env(function: Callable[..., Any], kwargs: Mapping[str, Any]) -> EnvBase:

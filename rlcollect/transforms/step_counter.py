@@ -15,7 +15,8 @@ from rlcollect.transforms.base import Transform
 class StepCounter(Transform):
     """Writes `"step_count"` (`[1]` int64): 0 at the reset root, `t + 1` under `"next"` after
     step t. With `max_steps`, the step that reaches it sets `truncated` and `done` to True, as
-    TorchRL's `StepCounter` does.
+    TorchRL's `StepCounter` does. Collectors apply the same rule with `StepLimit`
+    (step_limit.py), its buffer-first twin for `max_frames_per_traj`.
 
     Args:
         max_steps: truncate episodes after this many steps (never when None).

@@ -4,6 +4,10 @@ The collector wraps the env in it for `max_frames_per_traj`: it writes `"step_co
 `"next"`), and marks `("next", "truncated")` and `("next", "done")` at the limit, so the wrapped
 env's `advance_into` resets the sub-env as for any other done step. An env without a truncated
 flag gets one, as TorchRL's `StepCounter` adds it.
+
+It is the buffer-first twin of `StepCounter` (step_counter.py), for speed: the same semantics
+written on carrier slots instead of TensorDicts. tests/transforms/test_step_limit_conformance.py
+runs both on the same envs and checks that they agree step by step.
 """
 
 from __future__ import annotations
@@ -139,17 +143,23 @@ class StepLimit(EnvBase):
         self._next_count = next_td.get(keys.STEP_COUNT)
         self._next_truncated = next_td.get(keys.TRUNCATED)
         self._next_done = next_td.get(keys.DONE)
+        # A reset clears the root step count, and the root truncated flag when this wrapper
+        # adds it (the env clears only the flags it knows).
+        self._cleared_at_reset = [self._root_count]
+        if self.writes_truncated:
+            self._cleared_at_reset.append(carrier.get(keys.TRUNCATED))
 
     def _at(self, tensor: torch.Tensor, t: int) -> torch.Tensor:
         return tensor.select(self._time_dim, t)
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         self.env.reset_into(t, mask)
-        count = self._at(self._root_count, t)
-        if mask is None:
-            count.zero_()
-        else:
-            count.masked_fill_(mask.reshape(count.shape[:-1]).unsqueeze(-1), 0)
+        for tensor in self._cleared_at_reset:
+            value = self._at(tensor, t)
+            if mask is None:
+                value.zero_()
+            else:
+                value.masked_fill_(mask.reshape(value.shape[:-1]).unsqueeze(-1), 0)
 
     def step_into(self, t: int) -> None:
         self.env.step_into(t)

@@ -18,6 +18,7 @@ from rlcollect.collectors import (
     NoWeightSyncScheme,
     SharedMemWeightSyncScheme,
 )
+from rlcollect.collectors.weights.sender import select_children
 from rlcollect.errors import WorkerError
 from tests.collectors.policies import BiasPolicy, bias_module
 
@@ -212,7 +213,7 @@ def test_random_policies_have_no_weights_to_update() -> None:
         with pytest.raises(RuntimeError, match=r"runs random actions"):
             collector.update_policy_weights_()
         with pytest.raises(ValueError, match=r"worker_ids has 5; workers are numbered 0..1"):
-            MultiSyncCollector._select(collector, 5)
+            select_children(collector.pool.slots, 5, "worker")
 
 
 def test_unknown_model_ids_are_refused() -> None:

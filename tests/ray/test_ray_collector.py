@@ -256,7 +256,7 @@ def test_stats_state_dict_seeds_and_reset() -> None:
     with RayCollector(
         counting_env(4), num_collectors=2, frames_per_batch=12, total_frames=48
     ) as resumed:
-        with pytest.raises(ValueError, match=r"the state holds 1 collectors; this one has 2"):
+        with pytest.raises(ValueError, match=r"the state holds 1 collectors; this collector has 2"):
             resumed.load_state_dict({**state, "collectors": state["collectors"][:1]})
         resumed.load_state_dict(state)
         assert resumed.frames == 12

@@ -12,7 +12,7 @@ import torch
 
 from rlcollect import keys
 from rlcollect.collectors import ActorError, RayCollector
-from rlcollect.collectors.worker_pool import RESTART_ID_GAP
+from rlcollect.collectors.multiprocess.pool import RESTART_ID_GAP
 from rlcollect.errors import MisuseError, WorkerError
 from rlcollect.replay import LazyTensorStorage, RayReplayBuffer
 from tests.collectors.faulty_envs import failing_env, healthy_env

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlcollect.collectors.ray_collector import RayCollector
+from rlcollect.collectors.ray.collector import RayCollector
 from tests.collectors.test_policy_map import Greedy, tag, team_of
 
 pytest.importorskip("ray")

@@ -8,8 +8,9 @@ a `PolicyMap` keeps the other policies' weights.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from rlcollect.collectors.policy.weights import (
     Weights,
@@ -18,6 +19,38 @@ from rlcollect.collectors.policy.weights import (
     validated_weights,
     weight_template,
 )
+
+# Seconds `update_policy_weights_` waits for every child of the tree, by default.
+UPDATE_TIMEOUT = 30.0
+# A child with children of its own gets this share of its parent's timeout, so that it reports
+# a silent grandchild (by path) before its parent gives up on it.
+CHILD_TIMEOUT_SHARE = 0.8
+
+Slot = TypeVar("Slot")
+
+
+def check_update_timeout(timeout: float | None) -> float:
+    """An update's timeout: `UPDATE_TIMEOUT` for None, else a positive number of seconds."""
+    timeout = UPDATE_TIMEOUT if timeout is None else timeout
+    if not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
+    return timeout
+
+
+def select_children(slots: Sequence[Slot], worker_ids: Any, child: str) -> list[Slot]:
+    """The children `worker_ids` names (an index or several, NumPy's too; None: all), or an
+    error naming the index and the valid range."""
+    if worker_ids is None:
+        return list(slots)
+    given: list[Any] = (
+        [worker_ids] if isinstance(worker_ids, numbers.Integral) else list(worker_ids)
+    )
+    for index in given:
+        if not isinstance(index, numbers.Integral) or not 0 <= int(index) < len(slots):
+            raise ValueError(
+                f"worker_ids has {index!r}; {child}s are numbered 0..{len(slots) - 1}."
+            )
+    return [slots[int(index)] for index in given]
 
 
 class SentWeights:
@@ -47,35 +80,24 @@ class SentWeights:
         """Remember `weights` as what the children hold (detached copies)."""
         self.current = {name: tensor.detach().clone() for name, tensor in weights.items()}
 
-    def checked(
-        self,
-        policy_or_weights: Any = None,
-        weights: Any = None,
-        policy: Any = None,
-        policy_id: str | None = None,
-    ) -> Weights:
-        """The weights given (one of the three; none: read from the parent's policy),
-        validated against the policy's and detached; with `policy_id`, those of one policy of
-        a `PolicyMap`, merged into what the children hold.
+    def checked(self, source: Any = None, policy_id: str | None = None) -> Weights:
+        """The weights `source` (None: read from the parent's policy), validated against the
+        policy's and detached; with `policy_id`, those of one policy of a `PolicyMap`, merged
+        into what the children hold.
 
         Raises:
-            ValueError: two given, none to read, or a missing or extra key, or a tensor of the
-                wrong shape or dtype.
+            ValueError: none to read, or a missing or extra key, or a tensor of the wrong
+                shape or dtype.
             RuntimeError: the collector runs random actions.
         """
-        given = [value for value in (policy_or_weights, weights, policy) if value is not None]
-        if len(given) > 1:
-            raise ValueError(
-                "update_policy_weights_ takes one of policy_or_weights, weights and policy."
-            )
         if not self.template:
             raise RuntimeError(
                 "this collector runs random actions (policy=None); it has no weights to update."
             )
         if policy_id is not None:
             held = self.current or self.template
-            return one_policy_weights(self.policy, policy_id, next(iter(given), None), held)
-        source = given[0] if given else self.policy
+            return one_policy_weights(self.policy, policy_id, source, held)
+        source = self.policy if source is None else source
         if source is None:
             raise ValueError(
                 "update_policy_weights_() without weights reads them from the policy given at "

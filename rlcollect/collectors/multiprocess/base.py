@@ -8,7 +8,6 @@ back. `MultiSyncCollector` and `MultiAsyncCollector` differ only in how they gat
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import pickle
 import time
@@ -20,20 +19,18 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.collector import Collector
-from rlcollect.collectors.multi_control import MultiCollectorControl
-from rlcollect.collectors.multi_options import (
-    check_options,
-    check_worker_arguments,
-    in_worker_process,
-    resolve_workers,
-)
+from rlcollect.collectors.children import check_options, resolve_children
+from rlcollect.collectors.multiprocess.control import MultiCollectorControl
+from rlcollect.collectors.multiprocess.options import check_worker_arguments, in_worker_process
+from rlcollect.collectors.multiprocess.pool import WorkerPool
+from rlcollect.collectors.multiprocess.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.options import (
     BatchOptions,
     round_to_batches,
     validate_frames,
 )
 from rlcollect.collectors.policy.policy_map import policy_or_map
+from rlcollect.collectors.single.collector import Collector
 from rlcollect.collectors.weights.schemes import (
     POLICY_MODEL_ID,
     NoWeightSyncScheme,
@@ -42,11 +39,15 @@ from rlcollect.collectors.weights.schemes import (
     WeightSyncScheme,
     check_schemes,
 )
-from rlcollect.collectors.weights.sender import SentWeights
-from rlcollect.collectors.worker import WorkerCommand, WorkerSpec
-from rlcollect.collectors.worker_pool import WorkerPool, WorkerSlot
-from rlcollect.envs.serial import per_worker
+from rlcollect.collectors.weights.sender import (
+    CHILD_TIMEOUT_SHARE,
+    UPDATE_TIMEOUT,
+    SentWeights,
+    check_update_timeout,
+    select_children,
+)
 from rlcollect.errors import MisuseError
+from rlcollect.runtime.fan_out import per_child
 from rlcollect.runtime.processes import worker_context
 
 # Options that may be given once or as one value per worker.
@@ -57,11 +58,6 @@ PER_WORKER_OPTIONS = (
     "env_device",
     "create_env_kwargs",
 )
-# Seconds `update_policy_weights_` waits for every worker of the tree, by default.
-UPDATE_TIMEOUT = 30.0
-# A worker with workers of its own gets this share of its parent's timeout, so that it reports
-# a silent grandchild (by path) before its parent gives up on it.
-CHILD_TIMEOUT_SHARE = 0.8
 
 
 class MultiCollectorBase(MultiCollectorControl):
@@ -104,7 +100,9 @@ class MultiCollectorBase(MultiCollectorControl):
             collector_options.pop("policies", None),
             collector_options.pop("policy_mapping_fn", None),
         )
-        env_makers, num_workers = resolve_workers(create_env_fn, num_workers)
+        env_makers, num_workers = resolve_children(
+            create_env_fn, num_workers, "num_workers", "worker"
+        )
         per_worker_frames = self._split_frames(frames_per_batch, num_workers)
         _, total_frames = validate_frames(1, total_frames)
         factories = check_worker_arguments(
@@ -201,7 +199,7 @@ class MultiCollectorBase(MultiCollectorControl):
         specs = []
         for index, maker in enumerate(env_makers):
             own = {
-                name: per_worker(name, options[name], self.num_workers)[index]
+                name: per_child(name, options[name], self.num_workers)[index]
                 for name in PER_WORKER_OPTIONS
                 if name in options
             }
@@ -229,7 +227,7 @@ class MultiCollectorBase(MultiCollectorControl):
     @staticmethod
     def _split_frames(frames_per_batch: Any, num_workers: int) -> list[int]:
         if isinstance(frames_per_batch, list | tuple):
-            frames = per_worker("frames_per_batch", list(frames_per_batch), num_workers)
+            frames = per_child("frames_per_batch", list(frames_per_batch), num_workers)
             for value in frames:
                 validate_frames(value, -1)
             return [int(value) for value in frames]
@@ -298,34 +296,6 @@ class MultiCollectorBase(MultiCollectorControl):
 
     # --- weights --------------------------------------------------------------------------------
 
-    def update_policy_weights_(
-        self,
-        policy_or_weights: Any = None,
-        *,
-        weights: Any = None,
-        policy: Any = None,
-        worker_ids: int | Sequence[int] | None = None,
-        timeout: float = UPDATE_TIMEOUT,
-        policy_id: str | None = None,
-    ) -> None:
-        """Send new weights to every worker (and their workers) and wait until all applied them.
-
-        Weights come as a module, a state dict or a TensorDict of parameters (positionally or
-        as `weights=` / `policy=`); with none, they are read from the policy this collector
-        was given, so that `update_policy_weights_()` after an optimiser step on it is enough.
-        They are checked before anything is sent and detached. Each worker applies them
-        between two batches; when this returns, the next batch of every leaf of the tree is
-        produced by them and reports the new `policy_version`. With `policies=`, `policy_id`
-        addresses one policy: the weights are its own, and the other policies keep theirs.
-
-        Raises:
-            ValueError: a missing or extra key, or a tensor of the wrong shape or dtype.
-            WorkerError: a worker did not acknowledge within `timeout` seconds (the error names
-                its path, e.g. `worker 1 -> worker 0`) or failed.
-        """
-        checked = self.weights.checked(policy_or_weights, weights, policy, policy_id)
-        self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
-
     def apply_weights(
         self,
         weights: Weights,
@@ -336,10 +306,8 @@ class MultiCollectorBase(MultiCollectorControl):
         """Send validated weights as `version` to the workers and wait for every
         acknowledgement (what a parent collector's update calls in a worker)."""
         self.pool.check_open()
-        timeout = UPDATE_TIMEOUT if timeout is None else timeout
-        if not timeout > 0:
-            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
-        slots = self._select(worker_ids)
+        timeout = check_update_timeout(timeout)
+        slots = select_children(self.pool.slots, worker_ids, "worker")
         self.weights.record(weights)
         self.policy_version = version
         if not self.scheme.sends_weights:
@@ -348,18 +316,6 @@ class MultiCollectorBase(MultiCollectorControl):
         self.pool.request(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload, timeout)
         for slot in slots:
             slot.policy_version = version
-
-    def _select(self, worker_ids: int | Sequence[int] | None) -> list[WorkerSlot]:
-        if worker_ids is None:
-            return list(self.pool.slots)
-        ids: Any = worker_ids  # an int (NumPy's too) or a sequence of them
-        given: list[Any] = [ids] if isinstance(ids, numbers.Integral) else list(ids)
-        for index in given:
-            if not isinstance(index, numbers.Integral) or not 0 <= int(index) < self.num_workers:
-                raise ValueError(
-                    f"worker_ids has {index!r}; workers are numbered 0..{self.num_workers - 1}."
-                )
-        return [self.pool.slots[int(index)] for index in given]
 
     # --- background collection into a shared replay buffer -------------------------------------
 

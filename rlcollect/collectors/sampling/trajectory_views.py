@@ -12,61 +12,23 @@ the policy's outputs (actions, ...) and the `"next"` entries (rewards, ...) up t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase, unravel_key
 
 from rlcollect import keys
-from rlcollect.collectors.view_requirements import RLLIB_COLUMNS, ViewRequirement, parse_shift
-from rlcollect.collectors.view_writer import ViewWriter, start_views
+from rlcollect.collectors.sampling.view_requirements import (
+    RLLIB_COLUMNS,
+    ViewColumn,
+    ViewRequirement,
+    parse_shift,
+)
+from rlcollect.collectors.sampling.view_writer import ViewWriter, start_views
 from rlcollect.transforms.shift import ShiftedView
 
 NestedKey = str | tuple[str, ...]
-# Where the windows of views that pick from them live: a private root entry (keys starting
-# with "_" never reach a yielded batch).
-WINDOW_GROUP = "_view_window"
-
-
-@dataclass(frozen=True)
-class ViewColumn:
-    """One view as the collector writes it at every step.
-
-    The view is read from a window of the last `span` values of `source` per sub-env, ending at
-    offset `newest` (0 for what the env writes at the root, -1 for the policy's outputs and
-    `"next"` entries). When the view is that whole window (`"-3:-1"`, `-1`, ...), the window is
-    the view's own column; otherwise it is a private column the view picks from.
-    """
-
-    name: NestedKey
-    source: tuple[str, ...]
-    offsets: tuple[int, ...]
-    stacked: bool
-    newest: int
-    repeats_first: bool
-    pad: torch.Tensor  # `[*feature]` or `[*env_batch, *feature]`, the source's dtype
-    feature_shape: torch.Size
-    picks: tuple[int, ...] = field(init=False)
-    span: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        span = self.newest - min(self.offsets) + 1
-        first = self.newest - span + 1
-        object.__setattr__(self, "span", span)
-        object.__setattr__(self, "picks", tuple(offset - first for offset in self.offsets))
-
-    @property
-    def is_window(self) -> bool:
-        """Whether the view is its whole window (no private column, no pick per step)."""
-        if self.stacked:
-            return self.picks == tuple(range(self.span))
-        return self.span == 1
-
-    @property
-    def window_key(self) -> NestedKey:
-        name = self.name if isinstance(self.name, tuple) else (self.name,)
-        return self.name if self.is_window else (WINDOW_GROUP, *name)
 
 
 def _checked_name(name: Any) -> NestedKey:
@@ -217,7 +179,7 @@ class TrajectoryViews:
         (`("next", "done")`, one per group, and under a soft horizon `("next", "truncated")`:
         RLlib starts a new episode at that cut, so the views restart as at a reset) and
         `ended_at(t)` which sub-envs ended a trajectory at t."""
-        return ViewWriter(self, carrier, time_dim, end_flags, ended_at)
+        return ViewWriter(self.columns, carrier, time_dim, end_flags, ended_at)
 
     def batch_steps(self) -> list[Any]:
         """The steps every batch goes through first: training-only views, then unstored

@@ -140,7 +140,7 @@ def _whole_episodes(options: dict[str, Any]) -> bool:
 
 
 def _is_single_collector(collector_class: Any) -> bool:
-    from rlcollect.collectors.collector import Collector
+    from rlcollect.collectors.single.collector import Collector
 
     target = getattr(collector_class, "func", collector_class)  # functools.partial
     return isinstance(target, type) and issubclass(target, Collector)

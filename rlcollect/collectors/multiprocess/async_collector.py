@@ -8,9 +8,9 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.collectors.multi import MultiCollectorBase
-from rlcollect.collectors.worker import WorkerCommand
-from rlcollect.collectors.worker_pool import WorkerSlot
+from rlcollect.collectors.multiprocess.base import MultiCollectorBase
+from rlcollect.collectors.multiprocess.pool import WorkerSlot
+from rlcollect.collectors.multiprocess.worker import WorkerCommand
 
 
 class MultiAsyncCollector(MultiCollectorBase):

@@ -11,12 +11,19 @@ offsets or a range string (in the order given, stacked right after time, as `Shi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from rlcollect import keys
 
 NestedKey = str | tuple[str, ...]
+
+# Where the windows of views that pick from them live: a private root entry (keys starting
+# with "_" never reach a yielded batch).
+WINDOW_GROUP = "_view_window"
+
 Shift = int | str | Sequence[int]
 
 # RLlib's column names, for users who bring their view requirements from RLlib.
@@ -124,3 +131,43 @@ class ViewRequirement:
     def offsets(self) -> tuple[int, ...]:
         """The time offsets the view reads, in order."""
         return parse_shift(self.shift)[0]
+
+
+@dataclass(frozen=True)
+class ViewColumn:
+    """One view as the collector writes it at every step.
+
+    The view is read from a window of the last `span` values of `source` per sub-env, ending at
+    offset `newest` (0 for what the env writes at the root, -1 for the policy's outputs and
+    `"next"` entries). When the view is that whole window (`"-3:-1"`, `-1`, ...), the window is
+    the view's own column; otherwise it is a private column the view picks from.
+    """
+
+    name: NestedKey
+    source: tuple[str, ...]
+    offsets: tuple[int, ...]
+    stacked: bool
+    newest: int
+    repeats_first: bool
+    pad: torch.Tensor  # `[*feature]` or `[*env_batch, *feature]`, the source's dtype
+    feature_shape: torch.Size
+    picks: tuple[int, ...] = field(init=False)
+    span: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        span = self.newest - min(self.offsets) + 1
+        first = self.newest - span + 1
+        object.__setattr__(self, "span", span)
+        object.__setattr__(self, "picks", tuple(offset - first for offset in self.offsets))
+
+    @property
+    def is_window(self) -> bool:
+        """Whether the view is its whole window (no private column, no pick per step)."""
+        if self.stacked:
+            return self.picks == tuple(range(self.span))
+        return self.span == 1
+
+    @property
+    def window_key(self) -> NestedKey:
+        name = self.name if isinstance(self.name, tuple) else (self.name,)
+        return self.name if self.is_window else (WINDOW_GROUP, *name)

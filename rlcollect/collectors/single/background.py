@@ -14,10 +14,6 @@ from rlcollect.errors import MisuseError
 logger = logging.getLogger(__name__)
 
 
-class BatchAbandonedError(Exception):
-    """A batch given up half-way because background collection is shutting down."""
-
-
 class BackgroundLoop:
     """Calls `run_batch()` in a daemon thread until it returns False or `shutdown()` is called.
 

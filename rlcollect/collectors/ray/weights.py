@@ -7,19 +7,17 @@ so that the collector can refresh overdue actors (`max_weight_update_interval`).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlcollect.collectors.multi import CHILD_TIMEOUT_SHARE, UPDATE_TIMEOUT
-from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot
-from rlcollect.collectors.ray_options import choose_scheme
+from rlcollect.collectors.ray.fleet import ActorFleet, ActorSlot
+from rlcollect.collectors.ray.options import choose_scheme
 from rlcollect.collectors.weights.ray_scheme import RayWeightSyncScheme
 from rlcollect.collectors.weights.schemes import (
     NoWeightSyncScheme,
     Weights,
 )
-from rlcollect.collectors.weights.sender import SentWeights
+from rlcollect.collectors.weights.sender import CHILD_TIMEOUT_SHARE, SentWeights
 
 
 class ActorWeights:
@@ -47,11 +45,9 @@ class ActorWeights:
         self.scheme.connect(self.sent.template, num)
         self.stale = [0] * num  # batches each actor collected since its weights were sent
 
-    def checked(
-        self, policy_or_weights: Any, weights: Any, policy: Any, policy_id: str | None = None
-    ) -> Weights:
+    def checked(self, source: Any, policy_id: str | None = None) -> Weights:
         """See `SentWeights.checked`."""
-        return self.sent.checked(policy_or_weights, weights, policy, policy_id)
+        return self.sent.checked(source, policy_id)
 
     def send(
         self,
@@ -89,24 +85,3 @@ class ActorWeights:
 
     def close(self) -> None:
         self.scheme.close()
-
-
-def select_actors(slots: Sequence[ActorSlot], worker_ids: Any) -> list[ActorSlot]:
-    """The slots `worker_ids` names (an index or several; None: all), or an error naming it."""
-    if worker_ids is None:
-        return list(slots)
-    given: list[Any] = (
-        [worker_ids] if isinstance(worker_ids, numbers.Integral) else list(worker_ids)
-    )
-    for index in given:
-        if not isinstance(index, numbers.Integral) or not 0 <= int(index) < len(slots):
-            raise ValueError(f"worker_ids has {index!r}; actors are numbered 0..{len(slots) - 1}.")
-    return [slots[int(index)] for index in given]
-
-
-def check_update_timeout(timeout: float | None) -> float:
-    """An update's timeout: `UPDATE_TIMEOUT` for None, else a positive number of seconds."""
-    timeout = UPDATE_TIMEOUT if timeout is None else timeout
-    if not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
-    return timeout

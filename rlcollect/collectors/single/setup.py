@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlcollect.collectors.episodes import EpisodeMode, refuse_with_whole_episodes
-from rlcollect.collectors.rllib_sampling import Horizon, frames_per_env_step
+from rlcollect.collectors.sampling.horizon import Horizon, frames_per_env_step
+from rlcollect.collectors.sampling.whole_episodes import EpisodeMode, refuse_with_whole_episodes
 from rlcollect.transforms.step_limit import StepLimit, require_truncated_flag
 
 

@@ -12,17 +12,8 @@ from tensordict.nn import InteractionType
 
 from rlcollect.batch.compact import compact_batch
 from rlcollect.batch.flags import end_flag_keys
-from rlcollect.collectors.background import BackgroundLoop, BatchAbandonedError
 from rlcollect.collectors.carrier import CarrierLayout
-from rlcollect.collectors.collector_control import CollectorControl
-from rlcollect.collectors.collector_setup import (
-    BatchGeometry,
-    Sampling,
-    check_loop_arguments,
-    policy_from_factory,
-)
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
-from rlcollect.collectors.episodes import EpisodeAssembler
 from rlcollect.collectors.options import (
     BatchOptions,
     optional_frames,
@@ -33,10 +24,24 @@ from rlcollect.collectors.policy.env_transforms import register_policy_transform
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
 from rlcollect.collectors.policy.resolve import warn_if_action_misfits
-from rlcollect.collectors.profiling import RolloutProfiler
-from rlcollect.collectors.rollout import LoopFlags, RolloutLoop, TrajectoryStream
-from rlcollect.collectors.trajectory_views import TrajectoryViews
-from rlcollect.collectors.view_requirements import ViewRequirement
+from rlcollect.collectors.rollout import (
+    BatchAbandonedError,
+    LoopFlags,
+    RolloutLoop,
+    TrajectoryStream,
+)
+from rlcollect.collectors.sampling.trajectory_views import TrajectoryViews
+from rlcollect.collectors.sampling.view_requirements import ViewRequirement
+from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
+from rlcollect.collectors.single.background import BackgroundLoop
+from rlcollect.collectors.single.control import CollectorControl
+from rlcollect.collectors.single.profiling import RolloutProfiler
+from rlcollect.collectors.single.setup import (
+    BatchGeometry,
+    Sampling,
+    check_loop_arguments,
+    policy_from_factory,
+)
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 

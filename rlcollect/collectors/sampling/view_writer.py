@@ -15,16 +15,14 @@ elsewhere; a step is a handful of copies, and a masked copy where an episode end
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-
-if TYPE_CHECKING:
-    from rlcollect.collectors.trajectory_views import TrajectoryViews, ViewColumn
+from rlcollect.collectors.sampling.view_requirements import ViewColumn
 
 Pairs = list[tuple[Any, Any]]
 
@@ -73,7 +71,7 @@ def start_views(
 
 
 class ViewWriter:
-    """The per-step part that writes the views of `views` into `carrier` (`[*B, T + 1]`).
+    """The per-step part that writes the views of `columns` into `carrier` (`[*B, T + 1]`).
 
     Contract: `start(t)` makes every sub-env start an episode at root `t` (a reset);
     `__call__(t)`, run right after the env step at t, writes the views at root `t + 1`
@@ -87,13 +85,13 @@ class ViewWriter:
 
     def __init__(
         self,
-        views: TrajectoryViews,
+        columns: Sequence[ViewColumn],
         carrier: TensorDictBase,
         time_dim: int,
         end_flags: Sequence[torch.Tensor],
         ended_at: Callable[[int], torch.Tensor],
     ) -> None:
-        self.columns = list(views.columns)
+        self.columns = list(columns)
         self.carrier = carrier
         self.time_dim = time_dim
         self.steps = carrier.shape[time_dim] - 1

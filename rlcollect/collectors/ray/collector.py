@@ -17,24 +17,27 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.collectors.collector import Collector
-from rlcollect.collectors.multi import UPDATE_TIMEOUT
-from rlcollect.collectors.multi_sync import gather_batches, gather_episodes
+from rlcollect.collectors.children import RESTART_ID_GAP, gather_batches, gather_episodes
 from rlcollect.collectors.options import BatchOptions, round_to_batches, validate_frames
 from rlcollect.collectors.policy.policy_map import policy_or_map
 from rlcollect.collectors.policy.weights import Weights
-from rlcollect.collectors.ray_background import BackgroundWriting
-from rlcollect.collectors.ray_control import RayCollectorControl
-from rlcollect.collectors.ray_fleet import ActorFleet, ActorSlot, Call
-from rlcollect.collectors.ray_options import (
+from rlcollect.collectors.ray.background import BackgroundWriting
+from rlcollect.collectors.ray.control import RayCollectorControl
+from rlcollect.collectors.ray.fleet import ActorFleet, ActorSlot, Call
+from rlcollect.collectors.ray.options import (
     actor_episode_layout,
     check_flag,
     check_interval,
     check_timeout,
     plan_actors,
 )
-from rlcollect.collectors.ray_weights import ActorWeights, check_update_timeout, select_actors
-from rlcollect.collectors.worker_pool import RESTART_ID_GAP
+from rlcollect.collectors.ray.weights import ActorWeights
+from rlcollect.collectors.single.collector import Collector
+from rlcollect.collectors.weights.sender import (
+    UPDATE_TIMEOUT,
+    check_update_timeout,
+    select_children,
+)
 from rlcollect.runtime.ray_lease import RayLease, check_init_config, require_ray
 
 # A restarted actor's seed moves on by this much per restart, so it does not replay its past.
@@ -323,32 +326,6 @@ class RayCollector(RayCollectorControl):
 
     # --- weights --------------------------------------------------------------------------------
 
-    def update_policy_weights_(
-        self,
-        policy_or_weights: Any = None,
-        *,
-        weights: Any = None,
-        policy: Any = None,
-        worker_ids: int | Sequence[int] | None = None,
-        timeout: float = UPDATE_TIMEOUT,
-        policy_id: str | None = None,
-    ) -> None:
-        """Send new weights to every actor (and their workers) and wait until all applied them.
-
-        Weights come as a module, a state dict or a TensorDict of parameters (positionally or
-        as `weights=` / `policy=`); with none, they are read from the policy this collector was
-        given. They are checked before anything is sent, then put into Ray's object store once;
-        each actor applies them between two batches. When this returns, the next batch of every
-        leaf is produced by them and reports the new `policy_version`. With `policies=`,
-        `policy_id` addresses one policy (the others keep theirs).
-
-        Raises:
-            ValueError: a missing or extra key, or a tensor of the wrong shape or dtype.
-            ActorError: an actor did not acknowledge within `timeout` seconds (named), or failed.
-        """
-        checked = self.weights.checked(policy_or_weights, weights, policy, policy_id)
-        self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
-
     def apply_weights(
         self,
         weights: Weights,
@@ -360,7 +337,7 @@ class RayCollector(RayCollectorControl):
         acknowledgement."""
         self._check_open()
         timeout = check_update_timeout(timeout)
-        slots = select_actors(self.fleet.slots, worker_ids)
+        slots = select_children(self.fleet.slots, worker_ids, "actor")
         self.policy_version = version
         self.weights.send(self.fleet, slots, weights, version, timeout)
 

@@ -11,14 +11,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from rlcollect.collectors.iteration import BatchIteration
-from rlcollect.collectors.multi_options import check_seed, episode_statistics
-from rlcollect.collectors.ray_background import BackgroundWriting
-from rlcollect.collectors.ray_fleet import ActorFleet
+from rlcollect.collectors.children import (
+    CollectorWithChildren,
+    check_seed,
+    children_states,
+    episode_statistics,
+)
+from rlcollect.collectors.ray.background import BackgroundWriting
+from rlcollect.collectors.ray.fleet import ActorFleet
 from rlcollect.errors import MisuseError
 
 
-class RayCollectorControl(BatchIteration):
+class RayCollectorControl(CollectorWithChildren):
     """Seeding, resets, checkpoints and statistics of a `RayCollector` (see there)."""
 
     # Set by `RayCollector.__init__`.
@@ -83,17 +87,7 @@ class RayCollectorControl(BatchIteration):
         of the last `update_policy_weights_`)."""
         self._check_open()
         self._check_idle("load_state_dict()")
-        missing = {"frames", "iterations", "policy_version", "collectors"} - set(state)
-        if missing:
-            raise KeyError(
-                f"the state lacks {sorted(missing)}; pass what this collector's state_dict() "
-                "returned."
-            )
-        states = list(state["collectors"])
-        if len(states) != self.num_collectors:
-            raise ValueError(
-                f"the state holds {len(states)} collectors; this one has {self.num_collectors}."
-            )
+        states = children_states(state, "collectors", self.num_collectors)
         calls = [
             self.fleet.submit(slot, "load_state_dict", own, fatal=False)
             for slot, own in zip(self.fleet.slots, states, strict=True)

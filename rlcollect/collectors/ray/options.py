@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlcollect.collectors.collector import Collector
-from rlcollect.collectors.multi import MultiCollectorBase
-from rlcollect.collectors.multi_options import check_options
-from rlcollect.collectors.multi_sync import episode_layout
-from rlcollect.collectors.options import _check_int, validate_frames
-from rlcollect.collectors.ray_actor import ActorSpec
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.children import (
+    check_options,
+    episode_layout,
+    per_child_factories,
+    resolve_children,
+)
+from rlcollect.collectors.options import check_int, validate_frames
+from rlcollect.collectors.ray.actor import ActorSpec
 from rlcollect.collectors.weights.ray_scheme import RayWeightSyncScheme
 from rlcollect.collectors.weights.schemes import (
     POLICY_MODEL_ID,
@@ -21,6 +24,7 @@ from rlcollect.collectors.weights.schemes import (
     WeightSyncScheme,
     check_schemes,
 )
+from rlcollect.runtime.fan_out import is_sequence
 from rlcollect.runtime.ray_lease import plain
 
 # The `ray.remote` options an actor may be given; restarts and concurrency are RayCollector's.
@@ -37,33 +41,6 @@ REMOTE_OPTIONS = frozenset(
     }
 )
 DEFAULT_REMOTE_CONFIG: dict[str, Any] = {"num_cpus": 1}
-
-
-def _is_sequence(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
-
-
-def resolve_collectors(create_env_fn: Any, num_collectors: Any) -> tuple[list[Any], int]:
-    """One env maker per actor, from a list of them or one maker and `num_collectors`."""
-    if _is_sequence(create_env_fn):
-        makers = list(create_env_fn)
-        if not makers:
-            raise ValueError("create_env_fn is an empty list; give one env maker per actor.")
-        if num_collectors is not None and num_collectors != len(makers):
-            raise ValueError(
-                f"num_collectors={num_collectors!r} but create_env_fn lists {len(makers)} env "
-                "makers (one per actor); drop num_collectors or make them agree."
-            )
-        return makers, len(makers)
-    if num_collectors is None:
-        raise ValueError(
-            "num_collectors is needed when create_env_fn is a single env maker, e.g. "
-            "num_collectors=2 (or pass a list with one env maker per actor)."
-        )
-    num_collectors = _check_int("num_collectors", num_collectors)
-    if num_collectors < 1:
-        raise ValueError(f"num_collectors={num_collectors} must be at least 1.")
-    return [create_env_fn] * num_collectors, num_collectors
 
 
 def per_actor_frames(frames_per_batch: Any, num_collectors: int, sync: bool) -> int:
@@ -90,8 +67,7 @@ def per_actor_frames(frames_per_batch: Any, num_collectors: int, sync: bool) -> 
 def check_collector_class(collector_class: Any) -> None:
     """`collector_class` must build a `Collector` or a multi-process collector."""
     target = getattr(collector_class, "func", collector_class)  # functools.partial
-    accepted = (Collector, MultiCollectorBase)
-    if not (isinstance(target, type) and issubclass(target, accepted)):
+    if not (isinstance(target, type) and issubclass(target, CollectorBase)):
         raise TypeError(
             f"collector_class={collector_class!r} is not a collector class; use Collector, "
             "MultiSyncCollector, MultiAsyncCollector, or a functools.partial of one (e.g. "
@@ -111,7 +87,7 @@ def per_actor_options(
         own: list[Any] = [{}] * num_collectors
     elif isinstance(collector_kwargs, Mapping):
         own = [collector_kwargs] * num_collectors
-    elif _is_sequence(collector_kwargs) and len(collector_kwargs) == num_collectors:
+    elif is_sequence(collector_kwargs) and len(collector_kwargs) == num_collectors:
         own = list(collector_kwargs)
     else:
         raise TypeError(
@@ -148,7 +124,7 @@ def check_remote_configs(remote_configs: Any, num_collectors: int) -> list[dict[
         configs: list[Any] = [DEFAULT_REMOTE_CONFIG] * num_collectors
     elif isinstance(remote_configs, Mapping):
         configs = [remote_configs] * num_collectors
-    elif _is_sequence(remote_configs) and len(remote_configs) == num_collectors:
+    elif is_sequence(remote_configs) and len(remote_configs) == num_collectors:
         configs = list(remote_configs)
     else:
         raise TypeError(
@@ -209,7 +185,7 @@ def check_flag(name: str, value: Any) -> bool:
 
 def check_interval(max_weight_update_interval: Any) -> int:
     """Batches an actor may collect before its weights are refreshed (-1: never forced)."""
-    value = _check_int("max_weight_update_interval", max_weight_update_interval)
+    value = check_int("max_weight_update_interval", max_weight_update_interval)
     if value < -1:
         raise ValueError(
             f"max_weight_update_interval={value} must be -1 (no forced update) or a number of "
@@ -226,30 +202,6 @@ def check_timeout(name: str, value: Any, allow_none: bool) -> float | None:
         none = ", or None to wait forever" if allow_none else ""
         raise ValueError(f"{name}={value!r} must be a positive number of seconds{none}.")
     return float(value)
-
-
-def per_actor_factories(
-    policy: Any, policy_factory: Any, num_collectors: int
-) -> list[Callable[[], Any] | None]:
-    """One policy factory per actor (or Nones), refusing a policy and a factory together."""
-    if policy is not None and policy_factory is not None:
-        raise ValueError("pass policy or policy_factory, not both.")
-    if _is_sequence(policy_factory):
-        factories = list(policy_factory)
-        if len(factories) != num_collectors:
-            raise ValueError(
-                f"policy_factory lists {len(factories)} factories for {num_collectors} actors; "
-                "give one for all or one per actor."
-            )
-    else:
-        factories = [policy_factory] * num_collectors
-    for factory in factories:
-        if factory is not None and not callable(factory):
-            raise TypeError(
-                "policy_factory must be a callable returning a policy (or one per actor); "
-                f"got {factory!r}."
-            )
-    return factories
 
 
 def plan_actors(
@@ -271,10 +223,10 @@ def plan_actors(
     checked (the first wrong one raises, naming it). `options` are the collector options of
     all actors; `init_random_frames` is shared out among them; actor i draws trajectory ids
     `i + k N`; a replay buffer reaches them as its client."""
-    makers, num = resolve_collectors(create_env_fn, num_collectors)
+    makers, num = resolve_children(create_env_fn, num_collectors, "num_collectors", "actor")
     frames_each = per_actor_frames(frames_per_batch, num, sync)
     check_collector_class(collector_class)
-    factories = per_actor_factories(policy, policy_factory, num)
+    factories = per_child_factories(policy, policy_factory, num, "actor")
     client = served_buffer_client(replay_buffer)
     shared = dict(options)
     if init_random_frames:  # shared out, as a multi-process collector does

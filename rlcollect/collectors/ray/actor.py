@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.background import BackgroundLoop
+from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.errors import MisuseError
 from rlcollect.runtime.ray_lease import require_ray
 

@@ -23,7 +23,8 @@ import cloudpickle
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.worker import (
+from rlcollect.collectors.children import RESTART_ID_GAP
+from rlcollect.collectors.multiprocess.worker import (
     BATCH_REPLY,
     WorkerCommand,
     WorkerSpec,
@@ -54,9 +55,6 @@ CONTROL_COMMANDS = frozenset(
 )
 # Seconds a closing worker gets to close its envs before it is terminated.
 CLOSE_TIMEOUT = 5.0
-# Trajectory ids of a restarted worker move on by this many of its ids, so they never meet
-# the ids its predecessor handed out.
-RESTART_ID_GAP = 2**32
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rlcollect.collectors.ray_fleet import ActorError, ActorFleet, ActorSlot
+from rlcollect.collectors.ray.fleet import ActorError, ActorFleet, ActorSlot
 from rlcollect.errors import MisuseError
 
 

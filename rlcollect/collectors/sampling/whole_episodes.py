@@ -33,8 +33,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.batch.episodes import joined_pieces
-from rlcollect.batch.flags import end_of_trajectory
+from rlcollect.batch.episodes import EpisodeJoiner
 from rlcollect.transforms.split import split_trajectories
 
 NestedKey = str | tuple[str, ...]
@@ -112,7 +111,9 @@ def _positive(argument: str, value: object) -> None:
 
 
 class EpisodeAssembler:
-    """Keeps each sub-env's running episode across batches and releases whole episodes.
+    """Batches whole episodes: an `EpisodeJoiner` (`batch/episodes.py`) joins each
+    trajectory's pieces across batches; this adds only the batching policy (how many
+    episodes, or how many frames, make a batch, and in which layout).
 
     Args:
         mode: the `EpisodeMode`.
@@ -121,10 +122,7 @@ class EpisodeAssembler:
 
     def __init__(self, mode: EpisodeMode, done_keys: Sequence[NestedKey]) -> None:
         self.mode = mode
-        self.end_keys = [
-            (keys.NEXT, key) if isinstance(key, str) else (keys.NEXT, *key) for key in done_keys
-        ]
-        self._running: dict[int, list[TensorDictBase]] = {}
+        self.joiner = EpisodeJoiner(end_keys=done_keys)
         self._ready: deque[TensorDictBase] = deque()
         self.ready_frames = 0
 
@@ -134,28 +132,13 @@ class EpisodeAssembler:
 
     def drop_running(self) -> None:
         """Forget the episodes in progress (the env was reset: they will not end)."""
-        self._running.clear()
+        self.joiner.drop_running()
 
     def add(self, batch: TensorDictBase) -> None:
-        """Take a `[*B, T]` batch (a copy the assembler may keep)."""
-        steps = batch.shape[-1]
-        rows = batch.reshape(-1, steps)
-        flags = [rows.get(key) for key in self.end_keys]
-        ended = end_of_trajectory(flags, 2)  # [rows, T]
-        for row, ends in enumerate(ended):
-            start = 0
-            for end in torch.nonzero(ends).flatten().tolist():
-                pieces = self._running.pop(row, [])
-                pieces.append(rows[row, start : end + 1])
-                self._release(pieces)
-                start = end + 1
-            if start < steps:
-                self._running.setdefault(row, []).append(rows[row, start:])
-
-    def _release(self, pieces: list[TensorDictBase]) -> None:
-        episode = joined_pieces(pieces)
-        self._ready.append(episode)
-        self.ready_frames += episode.numel()
+        """Take a `[*B, T]` batch with its trajectory ids (a copy the assembler may keep)."""
+        for episode in self.joiner.add(batch):
+            self._ready.append(episode.transitions)
+            self.ready_frames += len(episode)
 
     def has_batch(self) -> bool:
         """Whether enough whole episodes are ready for one batch."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from rlcollect.collectors.ray_actor import ActorSpec, CollectorActor, NeedsRestoreError
+from rlcollect.collectors.ray.actor import ActorSpec, CollectorActor, NeedsRestoreError
 from rlcollect.errors import WorkerError, WorkerTimeoutError
 from rlcollect.runtime.ray_lease import require_ray
 

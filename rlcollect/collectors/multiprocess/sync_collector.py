@@ -2,57 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any
 
-import torch
-from tensordict import TensorDictBase, pad
+from tensordict import TensorDictBase
 
-from rlcollect import keys
-from rlcollect.collectors.multi import MultiCollectorBase
-from rlcollect.collectors.worker import WorkerCommand
-
-CatResults = Literal["stack", 0, -1]
-CAT_RESULTS = ("stack", 0, -1)
-
-
-def gather_batches(batches: Sequence[TensorDictBase], cat_results: CatResults) -> TensorDictBase:
-    """Stack the workers' batches along a new first dim, or concatenate them along dim 0 or
-    -1 (time). The result is a fresh TensorDict; the workers' shared batches are not kept."""
-    shapes = [tuple(batch.batch_size) for batch in batches]
-    try:
-        if cat_results == "stack":
-            return torch.stack(list(batches), 0)
-        return torch.cat(list(batches), cat_results)
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(
-            f"cat_results={cat_results!r} cannot gather worker batches of shapes {shapes}; "
-            "'stack' needs equal shapes, 0 equal time lengths, -1 equal env batches."
-        ) from err
-
-
-def episode_layout(options: dict[str, Any]) -> str | None:
-    """How the workers' batches of whole episodes are laid out ("cat" or "padded"), or None
-    for fixed-size batches."""
-    if options.get("trajs_per_batch") is not None:
-        return str(options.get("traj_format") or "padded")
-    if options.get("batch_mode") == "complete_episodes":
-        return "cat"
-    return None
-
-
-def gather_episodes(batches: Sequence[TensorDictBase], layout: str) -> TensorDictBase:
-    """The workers' batches of whole episodes as one: flat ones concatenated along time,
-    padded ones (`[N, L_w]`) padded to the longest and concatenated along trajectories."""
-    if layout == "cat":
-        flat = cast(TensorDictBase, torch.cat(list(batches), 0))  # type: ignore[arg-type]
-        flat.refine_names(keys.TIME_DIM_NAME)
-        return flat
-    longest = max(batch.shape[-1] for batch in batches)
-    padded = [pad(batch, [0, 0, 0, longest - batch.shape[-1]]) for batch in batches]
-    gathered = cast(TensorDictBase, torch.cat(padded, 0))  # type: ignore[arg-type]
-    gathered.refine_names(None, keys.TIME_DIM_NAME)
-    return gathered
+from rlcollect.collectors.children import (
+    CAT_RESULTS,
+    CatResults,
+    episode_layout,
+    gather_batches,
+    gather_episodes,
+)
+from rlcollect.collectors.multiprocess.base import MultiCollectorBase
+from rlcollect.collectors.multiprocess.worker import WorkerCommand
 
 
 class MultiSyncCollector(MultiCollectorBase):

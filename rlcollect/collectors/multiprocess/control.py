@@ -15,15 +15,19 @@ from typing import Any
 
 import torch
 
-from rlcollect.collectors.iteration import BatchIteration
-from rlcollect.collectors.multi_options import check_seed, episode_statistics
-from rlcollect.collectors.profiling import ProfileConfig
-from rlcollect.collectors.worker import SEED_REPLY, WorkerCommand
-from rlcollect.collectors.worker_pool import WorkerPool
+from rlcollect.collectors.children import (
+    CollectorWithChildren,
+    check_seed,
+    children_states,
+    episode_statistics,
+)
+from rlcollect.collectors.multiprocess.pool import WorkerPool
+from rlcollect.collectors.multiprocess.worker import SEED_REPLY, WorkerCommand
+from rlcollect.collectors.single.profiling import ProfileConfig
 from rlcollect.errors import MisuseError
 
 
-class MultiCollectorControl(BatchIteration):
+class MultiCollectorControl(CollectorWithChildren):
     """Seeding, profiling, trajectory ids, checkpoints and statistics of a multi-process
     collector (see `MultiSyncCollector`)."""
 
@@ -119,17 +123,7 @@ class MultiCollectorControl(BatchIteration):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`, worker by worker."""
         self._check_idle("load_state_dict()")
-        missing = {"frames", "iterations", "policy_version", "workers"} - set(state)
-        if missing:
-            raise KeyError(
-                f"the state lacks {sorted(missing)}; pass what this collector's state_dict() "
-                "returned."
-            )
-        workers = state["workers"]
-        if len(workers) != self.num_workers:
-            raise ValueError(
-                f"the state holds {len(workers)} workers; this collector has {self.num_workers}."
-            )
+        workers = children_states(state, "workers", self.num_workers)
         for slot, worker_state in zip(self.pool.slots, workers, strict=True):
             self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))
         self._buffer_frames = int(self._frames_written.sum())

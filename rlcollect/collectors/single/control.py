@@ -9,19 +9,19 @@ first that no batch is being collected in the background.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlcollect.collectors.background import BackgroundLoop
-from rlcollect.collectors.iteration import BatchIteration
+from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.options import BatchOptions
 from rlcollect.collectors.policy.holder import PolicyHolder
-from rlcollect.collectors.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.collectors.rollout import TrajectoryStream
+from rlcollect.collectors.single.background import BackgroundLoop
+from rlcollect.collectors.single.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.errors import MisuseError
 
 
-class CollectorControl(BatchIteration):
+class CollectorControl(CollectorBase):
     """Weights, state, seeding, profiling and statistics of a `Collector` (see there)."""
 
     # Set by `Collector.__init__`.
@@ -53,42 +53,24 @@ class CollectorControl(BatchIteration):
         """How many times the policy weights were updated."""
         return self.policy.version
 
-    def update_policy_weights_(
-        self,
-        policy_or_weights: Any = None,
-        *,
-        weights: Any = None,
-        policy: Any = None,
-        policy_id: str | None = None,
+    def _update_weights(
+        self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None
     ) -> None:
-        """Load new policy weights (a module, a state dict or a TensorDict of parameters).
+        """Load `source` (None: the weights of the policy the collector was given, copied
+        again, e.g. to a copy on another device) in place; with `policy_id`, into that one
+        policy of the map, else the whole map's (`"policies.<id>.<name>"`)."""
+        self.policy.update(source, policy_id=policy_id)
 
-        As in TorchRL, they come positionally or as `weights=` / `policy=`, one of the three.
-        With none, the weights are copied again from the policy the collector was given
-        (useful when the collector holds a copy on another device). With `policies=`,
-        `policy_id` addresses one policy (the others keep theirs); without it the weights are
-        those of the whole map (`"policies.<id>.<name>"`).
-        """
-        given = {
-            name: value
-            for name, value in (
-                ("policy_or_weights", policy_or_weights),
-                ("weights", weights),
-                ("policy", policy),
-            )
-            if value is not None
-        }
-        if len(given) > 1:
-            raise ValueError(
-                f"update_policy_weights_ takes one of policy_or_weights, weights and policy; "
-                f"got {sorted(given)}."
-            )
-        self.policy.update(next(iter(given.values()), None), policy_id=policy_id)
-
-    def apply_weights(self, weights: Any, version: int, timeout: float | None = None) -> None:
+    def apply_weights(
+        self,
+        weights: Any,
+        version: int,
+        timeout: float | None = None,
+        worker_ids: int | Sequence[int] | None = None,
+    ) -> None:
         """Load weights sent by a parent collector, as policy version `version` (between
-        batches: a worker calls it when its update command arrives). `timeout` is unused
-        here; a collector with workers of its own waits that long for them."""
+        batches: a worker calls it when its update command arrives). `timeout` and
+        `worker_ids` are unused here: this collector has no children."""
         if self._background.is_busy:
             with self._background.pause():
                 self.policy.update(weights, version)

@@ -1,0 +1,204 @@
+"""What every collector with children shares, whether they run in worker processes or in Ray
+actors: one value or one per child, the children's options and seeds checked, their episode
+statistics merged, their batches gathered, and the gap between a restarted child's trajectory
+ids and its predecessor's.
+
+Both `multiprocess/` and `ray/` import this room; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, cast
+
+import torch
+from tensordict import TensorDictBase, pad
+
+from rlcollect import keys
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.bookkeeping import RECENT_EPISODES
+from rlcollect.collectors.options import check_int
+from rlcollect.runtime.fan_out import is_sequence, per_child
+
+# A restarted child draws trajectory ids this many strides past its predecessor's, so that no
+# id of the dead child's trajectories is ever reused.
+RESTART_ID_GAP = 2**32
+
+CatResults = Literal["stack", 0, -1]
+CAT_RESULTS = ("stack", 0, -1)
+
+
+def resolve_children(
+    create_env_fn: Any, count: Any, count_name: str, child: str
+) -> tuple[list[Any], int]:
+    """One env maker per child, from a list of them or from one maker and `count`.
+
+    Raises:
+        ValueError: an empty list, a count that disagrees with the list, or no count for one
+            maker, naming `count_name` (e.g. `num_workers`).
+    """
+    if is_sequence(create_env_fn):
+        makers = list(create_env_fn)
+        if not makers:
+            raise ValueError(f"create_env_fn is an empty list; give one env maker per {child}.")
+        if count is not None and count != len(makers):
+            raise ValueError(
+                f"{count_name}={count!r} but create_env_fn lists {len(makers)} env makers "
+                f"(one per {child}); drop {count_name} or make them agree."
+            )
+        return makers, len(makers)
+    if count is None:
+        raise ValueError(
+            f"{count_name} is needed when create_env_fn is a single env maker, e.g. "
+            f"{count_name}=2 (or pass a list with one env maker per {child})."
+        )
+    count = check_int(count_name, count)
+    if count < 1:
+        raise ValueError(f"{count_name}={count} must be at least 1.")
+    return [create_env_fn] * count, count
+
+
+def per_child_factories(
+    policy: Any, policy_factory: Any, count: int, child: str
+) -> list[Callable[[], Any] | None]:
+    """One policy factory per child (or Nones), refusing a policy and a factory together."""
+    if policy is not None and policy_factory is not None:
+        raise ValueError("pass policy or policy_factory, not both.")
+    factories = per_child("policy_factory", policy_factory, count, f"num_{child}s", child)
+    for factory in factories:
+        if factory is not None and not callable(factory):
+            raise TypeError(
+                f"policy_factory must be a callable returning a policy (or one per {child}); "
+                f"got {factory!r}."
+            )
+    return factories
+
+
+def accepted_options(collector_class: Any) -> set[str] | None:
+    """The keyword arguments `collector_class` takes (None: it takes any)."""
+    target = getattr(collector_class, "func", collector_class)
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+def check_options(collector_class: Any, options: Mapping[str, Any]) -> None:
+    accepted = accepted_options(collector_class)
+    if accepted is None:
+        return
+    for name in options:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{name!r} is not an option of {getattr(collector_class, '__name__', 'the')} "
+                f"collector.{hint}"
+            )
+
+
+def check_seed(seed: Any) -> int:
+    """`seed` as an int that fits the worker protocol (int64), or an error naming it."""
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int; got {seed!r} ({type(seed).__name__}).")
+    if not -(2**63) <= int(seed) < 2**63:
+        raise ValueError(f"seed={seed} does not fit in 64 bits; use a smaller seed.")
+    return int(seed)
+
+
+def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The episode statistics of `Collector.stats()` over all workers: episodes summed, the
+    mean returns averaged over the workers that have finished any (weighted by how many
+    episodes each window holds)."""
+    episodes = sum(int(worker.get("episodes", 0)) for worker in workers)
+    last = [w["mean_episode_return"] for w in workers if w.get("episodes", 0) > 0]
+    windows = [
+        (w["mean_return_last_100"], min(int(w["episodes"]), RECENT_EPISODES))
+        for w in workers
+        if w.get("episodes", 0) > 0
+    ]
+    weight = sum(count for _, count in windows)
+    return {
+        "episodes": episodes,
+        "mean_episode_return": sum(last) / len(last) if last else float("nan"),
+        "mean_return_last_100": (
+            sum(value * count for value, count in windows) / weight if weight else float("nan")
+        ),
+    }
+
+
+def gather_batches(batches: Sequence[TensorDictBase], cat_results: CatResults) -> TensorDictBase:
+    """Stack the workers' batches along a new first dim, or concatenate them along dim 0 or
+    -1 (time). The result is a fresh TensorDict; the workers' shared batches are not kept."""
+    shapes = [tuple(batch.batch_size) for batch in batches]
+    try:
+        if cat_results == "stack":
+            return torch.stack(list(batches), 0)
+        return torch.cat(list(batches), cat_results)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"cat_results={cat_results!r} cannot gather worker batches of shapes {shapes}; "
+            "'stack' needs equal shapes, 0 equal time lengths, -1 equal env batches."
+        ) from err
+
+
+def episode_layout(options: dict[str, Any]) -> str | None:
+    """How the workers' batches of whole episodes are laid out ("cat" or "padded"), or None
+    for fixed-size batches."""
+    if options.get("trajs_per_batch") is not None:
+        return str(options.get("traj_format") or "padded")
+    if options.get("batch_mode") == "complete_episodes":
+        return "cat"
+    return None
+
+
+def gather_episodes(batches: Sequence[TensorDictBase], layout: str) -> TensorDictBase:
+    """The workers' batches of whole episodes as one: flat ones concatenated along time,
+    padded ones (`[N, L_w]`) padded to the longest and concatenated along trajectories."""
+    if layout == "cat":
+        flat = cast(TensorDictBase, torch.cat(list(batches), 0))  # type: ignore[arg-type]
+        flat.refine_names(keys.TIME_DIM_NAME)
+        return flat
+    longest = max(batch.shape[-1] for batch in batches)
+    padded = [pad(batch, [0, 0, 0, longest - batch.shape[-1]]) for batch in batches]
+    gathered = cast(TensorDictBase, torch.cat(padded, 0))  # type: ignore[arg-type]
+    gathered.refine_names(None, keys.TIME_DIM_NAME)
+    return gathered
+
+
+def children_states(state: Mapping[str, Any], key: str, count: int) -> list[Any]:
+    """The children's own states in a parent's `state_dict()` (under `key`), checked against
+    what this parent is: its counters present, one state per child.
+
+    Raises:
+        KeyError: naming what the state lacks.
+        ValueError: a state of another number of children.
+    """
+    missing = {"frames", "iterations", "policy_version", key} - set(state)
+    if missing:
+        raise KeyError(
+            f"the state lacks {sorted(missing)}; pass what this collector's state_dict() returned."
+        )
+    states = list(state[key])
+    if len(states) != count:
+        raise ValueError(f"the state holds {len(states)} {key}; this collector has {count}.")
+    return states
+
+
+class CollectorWithChildren(CollectorBase):
+    """A collector whose loops run in children (worker processes or Ray actors): an update
+    is checked here once (`self.weights.checked`), then sent down by `apply_weights`."""
+
+    weights: Any  # a `weights.sender.SentWeights` or what wraps one
+
+    def _update_weights(
+        self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None
+    ) -> None:
+        checked = self.weights.checked(source, policy_id)
+        self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)

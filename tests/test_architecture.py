@@ -1,0 +1,61 @@
+"""The package's layers (DESIGN.md, `[tool.importlinter]` in pyproject.toml) hold: every import
+runs down the layers, Ray never imports multi-process code, no siblings import each other in a
+circle. `lint-imports` checks them from the source, without importing it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lint_imports(*arguments: str) -> subprocess.CompletedProcess[str]:
+    executable = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert executable, "lint-imports is missing: the test extra installs import-linter"
+    return subprocess.run(
+        [executable, "--no-cache", *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(150)
+def test_every_import_contract_is_kept() -> None:
+    result = lint_imports()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 kept, 0 broken" in result.stdout, result.stdout
+
+
+@pytest.mark.timeout(150)
+def test_an_arrow_running_back_up_breaks_the_contract(tmp_path: Path) -> None:
+    """The check has teeth: an import from the policy room up into the weights room (the
+    direction REDESIGN forbids) is reported."""
+    config = (ROOT / "pyproject.toml").read_text()
+    package = tmp_path / "rlcollect"
+    shutil.copytree(ROOT / "rlcollect", package, ignore=shutil.ignore_patterns("__pycache__"))
+    resolve = package / "collectors" / "policy" / "resolve.py"
+    resolve.write_text(
+        resolve.read_text() + "\nfrom rlcollect.collectors.weights import schemes  # noqa\n"
+    )
+    (tmp_path / "pyproject.toml").write_text(config)
+    executable = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert executable
+    result = subprocess.run(
+        [executable, "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PYTHONPATH": str(tmp_path), "PATH": str(Path(sys.executable).parent)},
+    )
+    assert result.returncode != 0, result.stdout
+    assert "rlcollect.collectors.policy.resolve -> rlcollect.collectors.weights" in result.stdout
