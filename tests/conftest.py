@@ -128,10 +128,11 @@ def descendants() -> dict[int, tuple[int, str]]:
     return found
 
 
-# The processes of the local Ray cluster that tests/ray starts once per session (its raylet,
-# GCS and helpers, and the worker processes Ray names "ray::IDLE", "ray::<Actor>"): Ray starts
-# and reaps them as it sees fit, during any test. tests/ray checks its actors' processes itself;
-# what an actor starts (a fork server, collector workers) is checked like any other process.
+# The processes of the local Ray cluster that tests/collectors/ray starts once per session (its
+# raylet, GCS and helpers, and the worker processes Ray names "ray::IDLE", "ray::<Actor>"): Ray
+# starts and reaps them as it sees fit, during any test. tests/collectors/ray checks its actors'
+# processes itself; what an actor starts (a fork server, collector workers) is checked like any
+# other process.
 RAY_TITLE = re.compile(r"^\[?ray::")
 RAY_PROGRAM = re.compile(r"/ray/(core/src/ray/\S+|(_private|dashboard|autoscaler)/\S+\.py)$")
 # Ray's object store, which the session's driver (this process) maps once Ray runs.

@@ -121,7 +121,7 @@ def test_batched_pettingzoo_envs_have_a_tensordict_face(batched: type) -> None:
 def test_same_batches_as_torchrls_pettingzoo_wrapper() -> None:
     torchrl_envs = pytest.importorskip("torchrl.envs")
     torchrl_collectors = pytest.importorskip("torchrl.collectors")
-    from tests.collectors.test_torchrl_parity import assert_same_batches
+    from tests.collectors.single.test_torchrl_parity import assert_same_batches
 
     batches = []
     for collector_class, env in (

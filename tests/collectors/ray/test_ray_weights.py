@@ -20,8 +20,8 @@ from rlcollect.collectors import (
 )
 from rlcollect.errors import MisuseError
 from tests.collectors.policies import BiasPolicy, bias_module
+from tests.collectors.ray.helpers import REPORT_SECONDS
 from tests.conftest import processes_gone
-from tests.ray.helpers import REPORT_SECONDS
 
 ray = pytest.importorskip("ray")
 

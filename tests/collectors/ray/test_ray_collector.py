@@ -22,8 +22,8 @@ from rlcollect.replay import ReplayBuffer
 from rlcollect.runtime.ray_lease import RayLease
 from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
+from tests.collectors.ray.helpers import counting_env
 from tests.conftest import processes_gone
-from tests.ray.helpers import counting_env
 
 ray = pytest.importorskip("ray")
 

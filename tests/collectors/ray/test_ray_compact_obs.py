@@ -8,7 +8,7 @@ import torch
 from rlcollect import transition_view
 from rlcollect.batch.compact import is_compact
 from rlcollect.collectors.ray.collector import RayCollector
-from tests.ray.helpers import counting_env
+from tests.collectors.ray.helpers import counting_env
 
 pytest.importorskip("ray")
 

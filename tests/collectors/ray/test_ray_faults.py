@@ -12,13 +12,13 @@ import torch
 
 from rlcollect import keys
 from rlcollect.collectors import ActorError, RayCollector
-from rlcollect.collectors.multiprocess.pool import RESTART_ID_GAP
+from rlcollect.collectors.children import RESTART_ID_GAP
 from rlcollect.errors import MisuseError, WorkerError
 from rlcollect.replay import LazyTensorStorage, RayReplayBuffer
 from tests.collectors.faulty_envs import failing_env, healthy_env
 from tests.collectors.policies import bias_module
+from tests.collectors.ray.helpers import REPORT_SECONDS, actor_handles, counting_env
 from tests.conftest import processes_gone
-from tests.ray.helpers import REPORT_SECONDS, actor_handles, counting_env
 
 ray = pytest.importorskip("ray")
 

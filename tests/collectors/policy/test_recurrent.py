@@ -12,7 +12,7 @@ from rlcollect import Collector
 from rlcollect.envs import GymEnv, SerialEnv
 from rlcollect.testing import CountingEnv
 from rlcollect.transforms import InitTracker, TransformedEnv
-from tests.collectors.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.test_torchrl_parity import assert_same_batches
 
 
 class StepMemory(TensorDictModuleBase):

@@ -17,14 +17,14 @@ from tensordict import TensorDictBase
 
 from rlcollect import ViewRequirement, keys
 from rlcollect.collectors import RayCollector
-from tests.collectors.test_batch_modes import assert_whole, episodes_of
-from tests.collectors.test_view_requirements import (
+from tests.collectors.ray.helpers import counting_env as plain_counting_env
+from tests.collectors.sampling.test_batch_modes import assert_whole, episodes_of
+from tests.collectors.sampling.test_view_requirements import (
     VIEWS,
     counting_env,
     echo_policy,
     expected_view,
 )
-from tests.ray.helpers import counting_env as plain_counting_env
 
 pytest.importorskip("ray")
 

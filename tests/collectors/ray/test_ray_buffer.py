@@ -23,7 +23,7 @@ from rlcollect.replay import (
     RayReplayBuffer,
     ReplayBuffer,
 )
-from tests.ray.helpers import counting_env, extend_through
+from tests.collectors.ray.helpers import counting_env, extend_through
 
 ray = pytest.importorskip("ray")
 

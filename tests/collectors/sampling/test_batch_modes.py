@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from rlcollect import Collector
 from rlcollect.envs import GymEnv, SerialEnv
 from rlcollect.testing import CountingEnv
-from tests.collectors.test_torchrl_parity import assert_same_batches, greedy_module
+from tests.collectors.single.test_torchrl_parity import assert_same_batches, greedy_module
 
 
 def episodes_of(batch: TensorDictBase) -> list[TensorDictBase]:
