@@ -18,9 +18,8 @@ from rlcollect import keys
 from rlcollect.batch.flags import end_flag_keys, end_of_trajectory
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.devices import DeviceSplit
-from rlcollect.collectors.policy.recurrent_state import PolicyStateCarry, policy_state_keys
-from rlcollect.collectors.policy.resolve import policy_grad_mode, policy_outputs
-from rlcollect.collectors.policy.steps import DictStep, ModuleStep, RandomStep, is_fast_module
+from rlcollect.collectors.policy.recurrent_state import PolicyStateCarry
+from rlcollect.collectors.policy.steps import RandomStep
 from rlcollect.collectors.sampling.trajectory_views import TrajectoryViews
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.non_tensor import copy_non_tensor, non_tensor_keys, time_index
@@ -46,21 +45,6 @@ def _expand(frame: TensorDictBase, steps: int) -> TensorDictBase:
     carrier.zero_()
     carrier.refine_names(*([None] * time_dim), keys.TIME_DIM_NAME)
     return carrier
-
-
-def _learn_outputs(
-    env: EnvBase, policy: Any, root: TensorDictBase, devices: DeviceSplit
-) -> tuple[TensorDictBase | None, list[NestedKey], list[tuple[str, ...]]]:
-    """The policy's outputs on `root` (a real first observation), its output keys and the
-    recurrent state keys the collector carries for it."""
-    action_keys = list(env.action_keys)
-    if policy.module is None:
-        return None, action_keys, []
-    root = root.exclude(keys.NEXT, *action_keys).to(devices.policy)
-    policy.name_extra_outputs(root)
-    outputs = policy_outputs(policy.module, root, action_keys)
-    output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
-    return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys)
 
 
 @dataclass
@@ -163,7 +147,7 @@ class CarrierLayout:
             views.start(carrier, time_dim, steps)
         slot = time_index(time_dim, steps)
         first = carrier[slot].exclude(keys.NEXT)
-        outputs, output_keys, state_keys = _learn_outputs(env, policy, first, devices)
+        outputs, output_keys, state_keys = policy.learn_outputs(env, first)
         if outputs is not None:
             frame.update(outputs.to(devices.env))
             for key in state_keys:  # the root slot the policy reads its state from
@@ -270,27 +254,6 @@ class CarrierLayout:
         return ended.reshape(self.env_numel, self.steps)
 
     # --- per-step parts -------------------------------------------------------------------------
-
-    def policy_step(self, policy: Any, inference_mode: bool) -> Any:
-        """The per-step policy callable for this carrier (fast path when possible), calling
-        the policy under `torch.inference_mode` when `inference_mode` allows it."""
-        if policy.module is None:
-            return None
-        policy_device = policy.device if policy.device != self.device else None
-        grad_mode = policy_grad_mode(inference_mode, policy.module)
-        if is_fast_module(policy.module) and self._holds_tensors(policy.module):
-            return ModuleStep(policy.module, self.carrier, self.time_dim, policy_device, grad_mode)
-        return DictStep(
-            policy.module, self.carrier, self.time_dim, self.output_keys, policy_device, grad_mode
-        )
-
-    def _holds_tensors(self, module: Any) -> bool:
-        """Whether every in and out key of `module` is a tensor of the carrier (a module may
-        read a whole sub-TensorDict, which only the TensorDict path can hand it)."""
-        return all(
-            isinstance(self.carrier.get(key, None), torch.Tensor)
-            for key in (*module.in_keys, *module.out_keys)
-        )
 
     def env_step(self, env: EnvBase) -> Callable[[int], None]:
         """The per-step env callable: step, advance, write the trajectory views (for the next

@@ -1,4 +1,5 @@
-"""`PolicyHolder`: the collector's policy on its device, its weights and its version."""
+"""`PolicyHolder`: the collector's policy on its device, its weights and its version, and the
+per-step callable that runs it on a carrier (the entry point of the policy room)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,18 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from rlcollect.collectors.policy.resolve import extra_output_keys, resolve_policy
+from rlcollect import keys
+from rlcollect.collectors.policy.recurrent_state import policy_state_keys
+from rlcollect.collectors.policy.resolve import (
+    extra_output_keys,
+    policy_grad_mode,
+    policy_outputs,
+    resolve_policy,
+)
+from rlcollect.collectors.policy.steps import DictStep, ModuleStep, is_fast_module
 from rlcollect.collectors.policy.weights import policy_by_id
+
+NestedKey = str | tuple[str, ...]
 
 
 def _parameter_devices(module: Any) -> set[torch.device]:
@@ -20,6 +31,15 @@ def _parameter_devices(module: Any) -> set[torch.device]:
         return set()
     tensors = [*module.parameters(), *module.buffers()]
     return {tensor.device for tensor in tensors}
+
+
+def _holds_tensors(carrier: TensorDictBase, module: Any) -> bool:
+    """Whether every in and out key of `module` is a tensor of `carrier` (a module may read a
+    whole sub-TensorDict, which only the TensorDict path can hand it)."""
+    return all(
+        isinstance(carrier.get(key, None), torch.Tensor)
+        for key in (*module.in_keys, *module.out_keys)
+    )
 
 
 def _weight_names(weights: Any) -> set[str]:
@@ -121,6 +141,42 @@ class PolicyHolder:
                 "update_policy_weights_ takes None, an nn.Module, a state dict or a "
                 f"TensorDict of parameters; got {type(weights).__name__}."
             )
+
+    # --- the policy on a carrier ------------------------------------------------------------------
+
+    def learn_outputs(
+        self, env: Any, root: TensorDictBase
+    ) -> tuple[TensorDictBase | None, list[NestedKey], list[tuple[str, ...]]]:
+        """The policy's outputs on `root` (a real first observation of `env`), its output
+        keys and the recurrent state keys the collector carries for it (random actions: no
+        outputs, the env's action keys)."""
+        action_keys = list(env.action_keys)
+        if self.module is None:
+            return None, action_keys, []
+        root = root.exclude(keys.NEXT, *action_keys).to(self.device)
+        self.name_extra_outputs(root)
+        outputs = policy_outputs(self.module, root, action_keys)
+        output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
+        return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys)
+
+    def step_on(
+        self,
+        carrier: TensorDictBase,
+        time_dim: int,
+        output_keys: Sequence[NestedKey],
+        carrier_device: torch.device,
+        inference_mode: bool,
+    ) -> ModuleStep | DictStep | None:
+        """The per-step callable running the policy on `carrier`'s views (None for random
+        actions): the tensor fast path when the module reads and writes only tensors of the
+        carrier, else the TensorDict path; under `torch.inference_mode` when allowed."""
+        if self.module is None:
+            return None
+        policy_device = self.device if self.device != carrier_device else None
+        grad_mode = policy_grad_mode(inference_mode, self.module)
+        if is_fast_module(self.module) and _holds_tensors(carrier, self.module):
+            return ModuleStep(self.module, carrier, time_dim, policy_device, grad_mode)
+        return DictStep(self.module, carrier, time_dim, output_keys, policy_device, grad_mode)
 
     def state_dict(self) -> dict[str, Any]:
         """The policy's state dict (empty for random actions)."""
