@@ -1,7 +1,7 @@
 """The multi-process collectors' controls between batches: seeding, profiling, trajectory
 ids, checkpoints and statistics, each a request to every worker (or to the chosen ones).
 
-`MultiCollectorControl` holds them; `MultiCollectorBase` (multi.py) holds the workers' start,
+`MultiCollectorControl` holds them; `MultiCollectorBase` (base.py) holds the workers' start,
 the gathering of their batches, weights and background collection.
 """
 

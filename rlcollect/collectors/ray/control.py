@@ -1,7 +1,7 @@
 """The Ray collector's controls between batches: seeding, resets, checkpoints and statistics,
 each a call to every actor.
 
-`RayCollectorControl` holds them; `RayCollector` (ray_collector.py) holds the actors' start,
+`RayCollectorControl` holds them; `RayCollector` (collector.py) holds the actors' start,
 the gathering of their batches, weights and background writing.
 """
 

@@ -99,7 +99,7 @@ class Collector(CollectorControl):
             env as it is, and a policy missing its flag is refused at construction.
         batch_mode: RLlib's "truncate_episodes" (default: fixed-size batches) or
             "complete_episodes": batches of whole episodes, at least `frames_per_batch`
-            frames, flat `[frames]` (see `collectors/episodes.py` for the layout).
+            frames, flat `[frames]` (see `collectors/sampling/whole_episodes.py` for the layout).
         trajs_per_batch, traj_format, trajs_per_write: TorchRL's batches of exactly N whole
             episodes, "padded" (`[N, max_len]` with a mask) or "cat" (flat), and, with a
             replay buffer, the episodes written per extend.
@@ -122,7 +122,7 @@ class Collector(CollectorControl):
             with the policy's own `view_requirements` attribute: at every step the policy reads
             e.g. `"prev_actions"` (`ViewRequirement("action", shift=-1)`) or the last 4
             observations (`shift="-3:0"`), carried across batches; they are stored in the
-            batch (see `collectors/view_requirements.py` for the layout).
+            batch (see `collectors/sampling/view_requirements.py`).
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and

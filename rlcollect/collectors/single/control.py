@@ -2,7 +2,7 @@
 profiling and statistics.
 
 `CollectorControl` holds what a user (or a parent collector) does between batches; the
-`Collector` subclass holds the loop. Every control that changes what the loop uses checks
+`Collector` subclass builds the loop (`collectors/rollout.py`) and delivers. Every control that changes what the loop uses checks
 first that no batch is being collected in the background.
 """
 
