@@ -2,8 +2,9 @@
 profiling and statistics.
 
 `CollectorControl` holds what a user (or a parent collector) does between batches; the
-`Collector` subclass builds the loop (`collectors/rollout.py`) and delivers. Every control that changes what the loop uses checks
-first that no batch is being collected in the background.
+`Collector` subclass builds the loop (`collectors/rollout.py`) and delivers its batches. Every
+control that changes what the loop uses checks first that no batch is being collected in the
+background.
 """
 
 from __future__ import annotations
