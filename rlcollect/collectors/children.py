@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import numbers
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
@@ -196,6 +197,26 @@ class CollectorWithChildren(CollectorBase):
     is checked here once (`self.weights.checked`), then sent down by `apply_weights`."""
 
     weights: Any  # a `weights.sender.SentWeights` or what wraps one
+    options: Any  # the `options.BatchOptions` of the parent
+    _start_time: float | None
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _check_idle(self, action: str) -> None:
+        raise NotImplementedError
+
+    def _before_batch(self) -> None:
+        """Before every batch: the children are up, no background collection races this
+        one, the clock has started, and weights a receive scheme holds are sent down."""
+        self._check_open()
+        self._check_idle("next()")
+        if self._start_time is None:
+            self._start_time = time.perf_counter()
+        for scheme in self.options.weight_recv_schemes.values():
+            weights = scheme.receive()
+            if weights is not None:
+                self.update_policy_weights_(weights)
 
     def _update_weights(
         self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None

@@ -279,15 +279,8 @@ class MultiCollectorBase(MultiCollectorControl):
         """
         raise NotImplementedError
 
-    def _before_batch(self) -> None:
+    def _check_open(self) -> None:
         self.pool.check_open()
-        self._check_idle("next()")
-        if self._start_time is None:
-            self._start_time = time.perf_counter()
-        for scheme in self.options.weight_recv_schemes.values():
-            weights = scheme.receive()
-            if weights is not None:
-                self.update_policy_weights_(weights)
 
     def _finish(self, batch: TensorDictBase) -> TensorDictBase:
         for process in self.options.pipeline:

@@ -314,16 +314,6 @@ class RayCollector(RayCollectorControl):
         slot.policy_version = int(info["version"])
         self.weights.stale[slot.index] += 1
 
-    def _before_batch(self) -> None:
-        self._check_open()
-        self._check_idle("next()")
-        if self._start_time is None:
-            self._start_time = time.perf_counter()
-        for scheme in self.options.weight_recv_schemes.values():
-            weights = scheme.receive()
-            if weights is not None:
-                self.update_policy_weights_(weights)
-
     # --- weights --------------------------------------------------------------------------------
 
     def apply_weights(
