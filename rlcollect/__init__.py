@@ -5,6 +5,7 @@ Ray is imported only when a Ray class is built: `import rlcollect` works without
 
 from rlcollect.batch.compact import compact_batch, transition_view
 from rlcollect.batch.episodes import Episode, EpisodeJoiner
+from rlcollect.batch.multi_agent_episode import MultiAgentEpisode
 from rlcollect.collectors import (
     Collector,
     MultiAsyncCollector,
@@ -62,6 +63,7 @@ __all__ = [
     "LazyMemmapStorage",
     "LazyTensorStorage",
     "ListStorage",
+    "MultiAgentEpisode",
     "MultiAsyncCollector",
     "MultiStep",
     "MultiSyncCollector",

@@ -7,6 +7,9 @@ collector's batches (the ids are unique across workers and actors, and asynchron
 interleave workers), and hands back each episode once it ends: done, or cut by a truncation
 without a reset (a soft horizon). An episode's transitions are a `[T]` TensorDict; its T + 1
 observations are the T root ones and the last `"next"` one.
+
+`take_running()` hands out the running pieces too, as chunks of episodes that go on (RLlib's
+episode chunks, `is_done == False`): their continuation is joined from the next pieces on.
 """
 
 from __future__ import annotations
@@ -30,14 +33,23 @@ def _next(key: NestedKey) -> tuple[str, ...]:
 
 
 class Episode:
-    """One whole episode (or the piece of one a soft horizon cut), over its `[T]` transitions.
+    """One whole episode (or the piece of one a soft horizon cut), or a chunk of one, over its
+    `[T]` transitions.
+
+    A chunk (RLlib's episode chunk) holds the steps `t_started .. t - 1` of its episode; the
+    chunks of one episode share its `id_`, each continuation starting at the step where the
+    chunk before it stopped (its first observation is that chunk's last), and only the last
+    chunk `is_done`.
 
     Args:
         transitions: the episode's steps in order, with `"next"` entries (time is dim 0).
+        t_started: the step of the episode at which these transitions start (0: from its
+            reset).
     """
 
-    def __init__(self, transitions: TensorDictBase) -> None:
+    def __init__(self, transitions: TensorDictBase, t_started: int = 0) -> None:
         self.transitions = transitions
+        self.t_started = t_started
 
     @property
     def id_(self) -> int:
@@ -46,6 +58,11 @@ class Episode:
 
     def __len__(self) -> int:
         return int(self.transitions.shape[0])
+
+    @property
+    def t(self) -> int:
+        """The step of the episode after the last one held: `t_started + len(episode)`."""
+        return self.t_started + len(self)
 
     def get_observations(self, key: NestedKey = keys.OBSERVATION) -> torch.Tensor:
         """`[T + 1, ...]`: every observation, the final one (after the last step) included."""
@@ -80,12 +97,14 @@ class Episode:
 
     @property
     def is_done(self) -> bool:
+        """Whether the episode ended here; False for a chunk of one that goes on."""
         return self.is_terminated or self.is_truncated
 
     def __repr__(self) -> str:
         return (
-            f"Episode(id_={self.id_}, len={len(self)}, return={self.get_return():.4g}, "
-            f"terminated={self.is_terminated}, truncated={self.is_truncated})"
+            f"Episode(id_={self.id_}, t_started={self.t_started}, len={len(self)}, "
+            f"return={self.get_return():.4g}, terminated={self.is_terminated}, "
+            f"truncated={self.is_truncated})"
         )
 
 
@@ -122,9 +141,21 @@ class EpisodeJoiner:
         """How many trajectories have a piece kept, waiting for their end."""
         return len(self._running)
 
+    @property
+    def running_steps(self) -> int:
+        """How many steps the pieces kept hold, all trajectories together."""
+        return sum(len(piece) for pieces in self._running.values() for piece in pieces)
+
     def drop_running(self) -> None:
         """Forget the pieces kept (e.g. after `collector.reset()`: they will not go on)."""
         self._running.clear()
+
+    def take_running(self) -> list[Episode]:
+        """The pieces kept, joined per trajectory into chunks of episodes that go on (not
+        done), and forgotten: the next pieces of those trajectories start new chunks."""
+        chunks = [Episode(joined_pieces(pieces)) for pieces in self._running.values()]
+        self._running.clear()
+        return chunks
 
     def add(self, batch: TensorDictBase) -> list[Episode]:
         """Take a batch (`[*B, T]`, time last; a split `[num_trajs, max_len]` one with its
