@@ -176,42 +176,13 @@ class CarrierLayout:
             views,
         )
 
-    def adopt(self, storage: TensorDictBase) -> CarrierLayout:
-        """A layout over `storage` (e.g. a RolloutBuffer's `[N, T + 1]` TensorDict).
-
-        Keys the collector writes that `storage` lacks are added to it, zero-filled; the root
-        entries that carry over are copied from this layout's slot T to the storage's slot T.
+    def over(self, carrier: TensorDictBase) -> CarrierLayout:
+        """This layout over another carrier of the same keys and shapes (e.g. one bound to a
+        user's rollout storage, `collectors/single/storage_binding.py`), starting where this
+        one stands: the root entries that carry over are copied from this layout's slot T.
         """
-        expected = self.carrier.batch_size
-        if storage.batch_size != expected:
-            raise ValueError(
-                f"the rollout storage has batch {tuple(storage.batch_size)}; this collector "
-                f"writes {tuple(expected)} ([*env batch, frames_per_batch / env batch + 1])."
-            )
-        carrier_keys = self.carrier.keys(include_nested=True, leaves_only=True)
-        present = storage.keys(include_nested=True)
-        for key in carrier_keys:  # check everything before changing anything
-            if key in present:
-                ours, theirs = self.carrier.get(key), storage.get(key)
-                if not isinstance(theirs, torch.Tensor) or (ours.shape, ours.dtype) != (
-                    theirs.shape,
-                    theirs.dtype,
-                ):
-                    found = (
-                        f"{tuple(theirs.shape)} {theirs.dtype}"
-                        if isinstance(theirs, torch.Tensor)
-                        else type(theirs).__name__
-                    )
-                    raise ValueError(
-                        f"the rollout storage's {key!r} is {found}; this collector writes "
-                        f"{tuple(ours.shape)} {ours.dtype} there. Allocate the storage from "
-                        "a frame of this env and policy."
-                    )
-        for key in carrier_keys:
-            if key not in present:
-                storage.set(key, torch.zeros_like(self.carrier.get(key)))
         layout = CarrierLayout(
-            storage,
+            carrier,
             self.steps,
             self.output_keys,
             self.carry_keys,

@@ -123,6 +123,13 @@ class RolloutLoop:
             raise
         self.end()
 
+    def policy_at(self, t: int) -> None:
+        """Run the policy alone at slot `t` of the carrier, as the loop runs it (e.g. at slot
+        `T`, for the bootstrap value of the last observation: its other outputs there are
+        padding)."""
+        with torch.no_grad(), set_interaction_type(self.flags.exploration_type):
+            self.policy_step(t)
+
     def begin(self) -> None:
         """Bind the carrier; start from a reset, or carry the last batch's end over."""
         layout, stream = self.layout, self.stream

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.batch.compact import transition_view
+from rlcollect.batch.rollout_layout import FIELDS, RolloutLayout, allocate_rollout
 from rlcollect.errors import MisuseError
 from rlcollect.keys import (
     ACTION,
@@ -22,6 +24,7 @@ from rlcollect.keys import (
     TIME_DIM_NAME,
     TRAJ_IDS,
     TRUNCATED,
+    is_int,
 )
 
 
@@ -75,68 +78,129 @@ def _example_frame(spec_or_example: Any) -> TensorDictBase:
     return example
 
 
+def _positive_int(name: str, value: object) -> int:
+    if not is_int(value) or operator.index(value) <= 0:  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+    return operator.index(value)  # type: ignore[arg-type]
+
+
 class RolloutBuffer:
     """The storage of an on-policy rollout: ``N`` envs by ``T + 1`` steps, allocated once.
 
-    The rollout is a TensorDict of batch ``[N, T + 1]`` (names ``[None, "time"]``) with the
-    layout of a collector batch: root entries (``"observation"``, ``"action"``,
-    ``"sample_log_prob"``, ``"state_value"``, the done flags, ``("collector", "traj_ids")``, ...)
-    and a ``"next"`` sub-TensorDict (``("next", "observation")``, ``("next", "reward")``, the next
-    done flags). For root entries slot ``T`` holds the last observation and its bootstrap value;
-    for ``"next"`` entries it is padding. The last observation of one rollout is the first of the
-    next: :meth:`start_rollout` copies root slot ``T`` to slot 0 from the second rollout on.
+    One class, two layouts (``rlcollect/batch/rollout_layout.py``), both of batch
+    ``[N, T + 1]`` named ``[None, "time"]``:
 
-    A collector fills :meth:`start_rollout`'s TensorDict in place, :meth:`add` marks it ready,
-    :meth:`get` returns its transition view, and :meth:`iterate_minibatches` shuffles it into
-    minibatches. Algorithms attach their own entries (advantages, returns) to the rollout.
+    * ``RolloutBuffer(num_envs, rollout_len, obs_dim, action_dim, device)``: the buffer layout
+      of the RolloutBuffer reference page, flat fields ``obs`` ``[N, T + 1, obs_dim]``,
+      ``action`` ``[N, T + 1, action_dim]``, ``sample_log_prob``, ``value``, ``reward``,
+      ``final_value`` (float32) and ``done``, ``terminated``, ``truncated`` (bool), each
+      ``[N, T + 1]``. Slot ``T`` of ``obs`` holds the last observation and of ``value`` its
+      bootstrap value; for the transition-only fields it is padding. ``final_value`` is the
+      value of the last observation of an episode truncated at that step (GAE bootstraps
+      from it). Actions of any env fit: a discrete action is stored as a float.
+    * ``RolloutBuffer(num_envs, rollout_len, spec_or_example, device=...)``: the TorchRL
+      layout, the keys of a collector batch: root entries (``"observation"``, ``"action"``,
+      ``"state_value"``, flags, ...) and a ``"next"`` sub-TensorDict; for root entries slot
+      ``T`` holds the last observation and its bootstrap value, for ``"next"`` entries it is
+      padding.
+
+    A collector fills :meth:`start_rollout`'s TensorDict in place
+    (``collector.collect(num_steps=rollout_len, rollout=buffer.start_rollout())``),
+    :meth:`add` marks it ready, :meth:`get` hands it out, :func:`transition_view` gives its
+    ``T`` transitions and :func:`iterate_minibatches` shuffles them into minibatches.
+    Algorithms attach their own fields (``advantage``, ``return``) to the rollout; the
+    collector never writes them. The last observation of one rollout is the first of the
+    next: :meth:`start_rollout` copies slot ``T`` to slot 0 from the second rollout on.
 
     Args:
         num_envs: ``N``, the number of envs stepped together.
         rollout_len: ``T``, the number of steps per rollout.
-        spec_or_example: what one frame holds: a TensorDict of batch size ``[]``, a rollout-shaped
-            TensorDict (``[N, T]`` or ``[N, T + 1]``) whose per-frame shapes are used, or a
-            composite spec (its ``zero()``). :meth:`frame_example` builds the usual one.
+        obs_dim: the buffer layout's numbers per observation; or, for the TorchRL layout, what
+            ``spec_or_example`` takes.
+        action_dim: the buffer layout's numbers per action (1 for a discrete action).
         device: where the rollout is allocated.
 
+    Keyword Args:
+        spec_or_example: the TorchRL layout, from one frame: a TensorDict of batch size
+            ``[]``, a rollout-shaped TensorDict (``[N, T]`` or ``[N, T + 1]``) whose
+            per-frame shapes are used, or a composite spec (its ``zero()``).
+            :meth:`frame_example` builds the usual one.
+
+    Raises:
+        TypeError: neither or both of (``obs_dim``, ``action_dim``) and ``spec_or_example``.
+        ValueError: a size that is not a positive int, naming it.
+
     Examples:
+        >>> buffer = RolloutBuffer(8, 128, 4, 1)  # the buffer layout
+        >>> rollout = buffer.start_rollout()
+        >>> rollout["obs"].shape, rollout["value"].shape, rollout.names
+        (torch.Size([8, 129, 4]), torch.Size([8, 129]), [None, 'time'])
+        >>> rollout["reward"][:, :128] = 1.0  # the collector writes the rollout
+        >>> buffer.add(rollout)
+        >>> transition_view(buffer.get(flatten=False), flatten=True)["reward"].shape
+        torch.Size([1024])
+
+        The TorchRL layout:
+
         >>> frame = RolloutBuffer.frame_example(observation_shape=(4,), action_shape=(2,))
         >>> buffer = RolloutBuffer(num_envs=8, rollout_len=128, spec_or_example=frame)
-        >>> rollout = buffer.start_rollout()
-        >>> rollout.batch_size, rollout.names
-        (torch.Size([8, 129]), [None, 'time'])
-        >>> rollout["next", "reward"][:, :128] = 1.0  # the collector writes the rollout
-        >>> buffer.add(rollout)
-        >>> buffer.get()["next", "reward"].shape
-        torch.Size([1024, 1])
+        >>> buffer.start_rollout()["next", "reward"].shape
+        torch.Size([8, 129, 1])
     """
 
     def __init__(
         self,
         num_envs: int,
         rollout_len: int,
-        spec_or_example: Any,
+        obs_dim: int | Any = None,
+        action_dim: int | None = None,
         device: torch.device | str = "cpu",
+        *,
+        spec_or_example: Any = None,
     ) -> None:
-        for name, value in (("num_envs", num_envs), ("rollout_len", rollout_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
-        example = _example_frame(spec_or_example)
-        self.num_envs = num_envs
-        self.rollout_len = rollout_len
+        self.num_envs = _positive_int("num_envs", num_envs)
+        self.rollout_len = _positive_int("rollout_len", rollout_len)
         self.device = torch.device(device)
-        frame_dims = example.batch_dims
-        self._rollout = example.apply(
-            lambda leaf: torch.zeros(
-                (num_envs, rollout_len + 1, *leaf.shape[frame_dims:]),
-                dtype=leaf.dtype,
-                device=self.device,
-            ),
-            batch_size=[num_envs, rollout_len + 1],
-            device=self.device,
-        )
-        self._rollout.names = [None, TIME_DIM_NAME]
+        if spec_or_example is None and obs_dim is not None and not is_int(obs_dim):
+            spec_or_example, obs_dim = obs_dim, None  # RolloutBuffer(N, T, frame)
+        if spec_or_example is not None:
+            if obs_dim is not None or action_dim is not None:
+                raise TypeError(
+                    "RolloutBuffer takes either obs_dim and action_dim (the buffer layout) or "
+                    f"spec_or_example (the TorchRL layout), got obs_dim={obs_dim!r}, "
+                    f"action_dim={action_dim!r} with a spec_or_example; pass the device by "
+                    "keyword: RolloutBuffer(N, T, frame, device=...)."
+                )
+            self.layout = RolloutLayout.TORCHRL
+            self._rollout = self._allocate_torchrl(spec_or_example)
+        else:
+            if obs_dim is None or action_dim is None:
+                raise TypeError(
+                    "RolloutBuffer needs obs_dim and action_dim (the buffer layout: "
+                    "RolloutBuffer(num_envs, rollout_len, obs_dim, action_dim, device)) or "
+                    f"spec_or_example (the TorchRL layout); got obs_dim={obs_dim!r}, "
+                    f"action_dim={action_dim!r}."
+                )
+            self.layout = RolloutLayout.BUFFER
+            self._rollout = allocate_rollout(
+                self.num_envs, self.rollout_len, obs_dim, action_dim, self.device
+            )
         self._started = 0
         self._ready = False
+
+    def _allocate_torchrl(self, spec_or_example: Any) -> TensorDict:
+        example = _example_frame(spec_or_example)
+        frame_dims = example.batch_dims
+        batch = [self.num_envs, self.rollout_len + 1]
+        rollout = example.apply(
+            lambda leaf: torch.zeros(
+                (*batch, *leaf.shape[frame_dims:]), dtype=leaf.dtype, device=self.device
+            ),
+            batch_size=batch,
+            device=self.device,
+        )
+        rollout.names = [None, TIME_DIM_NAME]
+        return rollout
 
     @staticmethod
     def frame_example(
@@ -170,20 +234,29 @@ class RolloutBuffer:
         return self._rollout
 
     def start_rollout(self) -> TensorDict:
-        """Hands out the rollout to fill in place.
+        """Returns the shared preallocated rollout, for a collector to write in place.
 
-        From the second call on, slot 0 of every root entry is first set to slot ``T`` of the
-        previous rollout (its last observation, flags and bootstrap value).
+        From the second call on, slot 0 is first set to slot ``T`` of the previous rollout:
+        the last observation and its bootstrap value (``obs`` and ``value``; every root entry
+        in the TorchRL layout).
         """
         if self._started:
-            root = self._rollout.exclude(NEXT)
-            root[:, 0] = root[:, self.rollout_len]
+            last = self.rollout_len
+            if self.layout is RolloutLayout.BUFFER:
+                for rollout_field in FIELDS:
+                    if rollout_field.holds_last_slot:
+                        entry = self._rollout.get(rollout_field.name)
+                        entry[:, 0] = entry[:, last]
+            else:
+                root = self._rollout.exclude(NEXT)
+                root[:, 0] = root[:, last]
         self._started += 1
         self._ready = False
         return self._rollout
 
     def add(self, rollout: TensorDictBase) -> None:
-        """Marks the rollout as filled; a TensorDict other than the buffer's own is copied in.
+        """Marks the rollout as full, ready for :meth:`get`; a TensorDict other than the
+        buffer's own is copied in.
 
         Raises:
             ValueError: ``rollout`` has another batch size than ``[N, T + 1]``.
@@ -204,11 +277,14 @@ class RolloutBuffer:
         return self._ready
 
     def get(self, flatten: bool = True) -> TensorDictBase:
-        """Consumes the added rollout and returns its transition view (``[N * T]`` or ``[N, T]``).
+        """Consumes the added rollout.
 
-        The view already lacks slot ``T``: compute bootstrapped quantities (GAE) on
-        :attr:`rollout`, whose slot ``T`` holds the bootstrap value, and do not call
-        :func:`transition_view` again on what this returns (that would drop step ``T - 1``).
+        Args:
+            flatten: True returns its transition view over the valid first ``T`` steps,
+                flattened to ``[N * T]``, ready for :func:`iterate_minibatches`; False returns
+                the ``[N, T + 1]`` rollout itself, slot ``T`` included (for GAE, which
+                bootstraps from it): take its transitions with
+                ``transition_view(rollout, flatten=...)``.
 
         Raises:
             MisuseError: no rollout was added since the last ``get``.
@@ -218,7 +294,7 @@ class RolloutBuffer:
                 "no rollout is ready; fill start_rollout()'s TensorDict and call add() first."
             )
         self._ready = False
-        return transition_view(self._rollout, flatten=flatten)
+        return transition_view(self._rollout, flatten=True) if flatten else self._rollout
 
     @staticmethod
     def transition_view(rollout: TensorDictBase, flatten: bool = False) -> TensorDictBase:
@@ -239,5 +315,6 @@ class RolloutBuffer:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_envs={self.num_envs}, rollout_len={self.rollout_len}, "
-            f"keys={list(self._rollout.keys(True, True))}, device={self.device})"
+            f"layout={self.layout.value!r}, keys={list(self._rollout.keys(True, True))}, "
+            f"device={self.device})"
         )

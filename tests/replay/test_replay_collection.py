@@ -16,6 +16,7 @@ from rlcollect.replay import (
     ReplayBuffer,
     RolloutBuffer,
     SliceSampler,
+    transition_view,
 )
 from rlcollect.testing import CountingEnv
 
@@ -45,7 +46,7 @@ def test_collector_writes_straight_into_a_rollout_buffer() -> None:
         rollout = buffer.start_rollout()
         assert collector.collect_rollout(rollout) is buffer.rollout
         buffer.add(rollout)
-        transitions = buffer.get(flatten=False)
+        transitions = transition_view(buffer.get(flatten=False))
         first = index * T
         steps = expected_steps(first, T)
         assert torch.equal(transitions["observation"][..., 0], steps)

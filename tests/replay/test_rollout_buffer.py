@@ -83,7 +83,7 @@ def test_get_returns_the_transition_view_once_per_add() -> None:
     with pytest.raises(MisuseError, match="call add\\(\\) first"):
         buffer.get()
     buffer.add(rollout)
-    assert buffer.get(flatten=False).batch_size == torch.Size([N, T])
+    assert buffer.get(flatten=False) is buffer.rollout  # slot T included, as the page expects
 
 
 def test_transition_view_shares_storage_with_the_buffer() -> None:
@@ -109,7 +109,7 @@ def test_slot_t_holds_the_bootstrap_value_outside_the_transitions() -> None:
     rollout = buffer.start_rollout()
     fill(rollout, offset=0.0)
     buffer.add(rollout)
-    transitions = buffer.get(flatten=False)
+    transitions = transition_view(buffer.get(flatten=False))
     steps = 10.0 * torch.arange(N).unsqueeze(1) + torch.arange(T + 1)
     assert torch.equal(transitions["state_value"][..., 0], steps[:, :T])
     assert torch.equal(buffer.rollout["state_value"][:, T, 0], steps[:, T])  # the bootstrap
@@ -134,7 +134,7 @@ def test_minibatches_cover_every_transition_once_per_epoch() -> None:
     rollout = buffer.start_rollout()
     rollout["collector", "traj_ids"][:] = torch.arange(44).reshape(4, 11)
     buffer.add(rollout)
-    transitions = buffer.get(flatten=False)
+    transitions = transition_view(buffer.get(flatten=False))
     generator = torch.Generator().manual_seed(0)
     epochs = []
     for _ in range(2):

@@ -36,6 +36,7 @@ from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.control import CollectorControl
 from rlcollect.collectors.single.profiling import RolloutProfiler
+from rlcollect.collectors.single.rollout_storage import RolloutStorage, check_num_steps
 from rlcollect.collectors.single.setup import (
     BatchGeometry,
     Sampling,
@@ -261,7 +262,7 @@ class Collector(CollectorControl):
         self.stream = TrajectoryStream()
         self._build_loop(policy, observation_keys, view_requirements, sampling, soft_horizon)
         self._background = BackgroundLoop(self._background_batch)
-        self._rollout_loop: tuple[TensorDictBase, RolloutLoop] | None = None
+        self._rollout_storage: RolloutStorage | None = None
         self.frames = 0
         self.iterations = 0
         self._start_time: float | None = None
@@ -366,38 +367,72 @@ class Collector(CollectorControl):
             batch = process(batch)
         return batch
 
+    def collect(self, num_steps: int, rollout: TensorDictBase) -> TensorDictBase:
+        """Collect one batch straight into `rollout`, in place, and return it.
+
+        `rollout` is a `[*env.batch_size, T + 1]` TensorDict in either layout of
+        `rlcollect/batch/rollout_layout.py`: the buffer layout of `RolloutBuffer(num_envs,
+        rollout_len, obs_dim, action_dim)` (`obs`, `action`, `value`, ...) or the TorchRL
+        layout (`collect_rollout`'s). The collector writes its `T` steps, the observation the
+        next rollout starts from at slot `T` and, when the policy writes `"state_value"`, the
+        bootstrap value of that observation at slot `T` and (buffer layout) `final_value`,
+        the value of the last observation of every truncated episode. It writes no other
+        entry: fields an algorithm attaches (`advantage`, `return`, ...) stay as they are. A
+        step costs what it costs in `next()` (the same loop, over the rollout's tensors);
+        entries the rollout holds in another dtype (a float32 action for a discrete env) or on
+        another device are copied in once after the loop.
+
+        Args:
+            num_steps: `T`; must be the rollout's and this collector's steps per batch.
+            rollout: the rollout to fill, e.g. `RolloutBuffer.start_rollout()`.
+
+        Raises:
+            StopIteration: when `total_frames` have been collected.
+            ValueError: `num_steps` is not the rollout's `T` or the collector's steps per
+                batch, or an entry of the rollout does not fit (each naming both sides).
+        """
+        frames_per_step = self.frames_per_batch // self.steps_per_batch  # the whole env batch
+        check_num_steps(num_steps, rollout, self.steps_per_batch, frames_per_step)
+        return self._fill_rollout(rollout, "collect()", bootstrap=True)
+
     def collect_rollout(self, rollout: TensorDictBase) -> TensorDictBase:
         """Collect one batch straight into `rollout` and return it (no intermediate batch).
 
         `rollout` is a `[*env.batch_size, T + 1]` TensorDict such as
         `RolloutBuffer.start_rollout()`: the collector writes its `[..., :T]` transitions and
         the next observation at slot `T` (where the following rollout starts). Keys it lacks
-        are added to it once. Counts towards `total_frames` like a yielded batch. The
-        collector writes into `rollout` only during this call.
+        are added to it once (TorchRL layout). Counts towards `total_frames` like a yielded
+        batch. The collector writes into `rollout` only during this call. `collect` does the
+        same and also writes the bootstrap value at slot `T`.
 
         Raises:
             StopIteration: when `total_frames` have been collected.
             ValueError: when `rollout` has the wrong batch size, or an entry of the wrong
-                shape or dtype.
+                shape.
         """
-        self._check_idle("collect_rollout()")
+        return self._fill_rollout(rollout, "collect_rollout()", bootstrap=False)
+
+    def _fill_rollout(
+        self, rollout: TensorDictBase, action: str, *, bootstrap: bool
+    ) -> TensorDictBase:
+        self._check_idle(action)
         if self._whole_episodes is not None:
             raise MisuseError(
-                "collect_rollout() fills a fixed [N, T + 1] rollout; it cannot hold batches "
-                "of whole episodes (batch_mode / trajs_per_batch)."
+                f"{action} fills a fixed [N, T + 1] rollout; it cannot hold batches of whole "
+                "episodes (batch_mode / trajs_per_batch)."
             )
         if self.is_done:
             raise StopIteration
-        own = self.layout
-        if self._rollout_loop is None or self._rollout_loop[0] is not rollout:
-            # adopt() validates rollout before anything changes
-            self._rollout_loop = (rollout, self.loop.on(own.adopt(rollout)))
-        loop = self._rollout_loop[1]
-        loop.layout.carry_from(own)
+        own, storage = self.layout, self._rollout_storage
+        if storage is None or storage.rollout is not rollout:
+            # the binding validates rollout before anything changes
+            storage = self._rollout_storage = RolloutStorage(rollout, own, self.loop)
+        storage.layout.carry_from(own)
         try:
-            self._collect(loop=loop)
+            self._collect(loop=storage.loop)
         finally:
-            own.carry_from(loop.layout)
+            own.carry_from(storage.layout)
+        storage.finish(bootstrap=bootstrap)
         return rollout
 
     def _background_batch(self) -> bool:
