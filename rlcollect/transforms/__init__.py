@@ -8,6 +8,7 @@ from rlcollect.transforms.init_tracker import InitTracker
 from rlcollect.transforms.multistep import MultiStep
 from rlcollect.transforms.observation_norm import ObservationNorm
 from rlcollect.transforms.reward_sum import RewardSum
+from rlcollect.transforms.rollout_gae import RolloutGAE
 from rlcollect.transforms.running_stats import RunningMeanStd
 from rlcollect.transforms.shift import ShiftedView
 from rlcollect.transforms.split import SplitTrajectories, split_trajectories
@@ -23,6 +24,7 @@ __all__ = [
     "MultiStep",
     "ObservationNorm",
     "RewardSum",
+    "RolloutGAE",
     "RunningMeanStd",
     "ShiftedView",
     "SplitTrajectories",
