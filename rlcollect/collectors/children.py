@@ -22,6 +22,7 @@ from rlcollect import keys
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.options import check_int
+from rlcollect.errors import MisuseError
 from rlcollect.runtime.fan_out import is_sequence, per_child
 
 # A restarted child draws trajectory ids this many strides past its predecessor's, so that no
@@ -217,6 +218,34 @@ class CollectorWithChildren(CollectorBase):
             weights = scheme.receive()
             if weights is not None:
                 self.update_policy_weights_(weights)
+
+    def collect(self, num_steps: int, rollout: TensorDictBase) -> TensorDictBase:
+        """Refused: see `collect_rollout`.
+
+        Raises:
+            MisuseError: always.
+        """
+        raise MisuseError(self._in_place_refusal("collect(num_steps=..., rollout=...)"))
+
+    def collect_rollout(self, rollout: TensorDictBase) -> TensorDictBase:
+        """Refused: a rollout is filled in place by the loop that writes it, in the process
+        that holds it, and this collector's loops run in its children (worker processes or
+        Ray actors), each writing a batch of its own.
+
+        Raises:
+            MisuseError: always.
+        """
+        raise MisuseError(self._in_place_refusal("collect_rollout(rollout)"))
+
+    def _in_place_refusal(self, call: str) -> str:
+        name = type(self).__name__
+        return (
+            f"{name}.{call} is not available: filling a rollout in place needs the rollout loop "
+            f"in this process, and {name} runs its loops in its children, each writing its own "
+            "batch. Fill a RolloutBuffer with Collector(ParallelEnv(...)) or "
+            "Collector(SerialEnv(...)) (many envs, one loop here), or iterate this collector "
+            "and copy each batch."
+        )
 
     def _update_weights(
         self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None
