@@ -148,7 +148,9 @@ class Actor(nn.Module):
         out = self.head(self.encoder(observation))
         if self.is_discrete:
             log_probs = out.log_softmax(-1)
-            log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            # an index per row: [...] as the env takes it, or [..., 1] as a RolloutBuffer stores it
+            index = action.long().reshape(*log_probs.shape[:-1], 1)
+            log_prob = log_probs.gather(-1, index).squeeze(-1)
             entropy = -(log_probs.exp() * log_probs).sum(-1)
             return log_prob, entropy
         flat_action = action.reshape(*out.shape)

@@ -173,14 +173,46 @@ def next_values(rollout: TensorDictBase) -> torch.Tensor:
     return torch.where(done, final.narrow(dim, 0, steps), value.narrow(dim, 1, steps))
 
 
+def torchrl_transitions(transitions: TensorDictBase) -> TensorDict:
+    """Buffer-layout transitions (a transition view, flat or not, or a minibatch of one)
+    under TorchRL's keys: a new TensorDict of the same batch size sharing the fields' memory.
+
+    Each field present goes to its TorchRL key; one number per step becomes `[..., 1]` as in
+    TorchRL (`sample_log_prob` excepted), and the algorithm fields `advantage` and `return`
+    become `"advantage"` and `"value_target"`. Fields of neither kind are left out.
+
+    Examples:
+        >>> rollout = allocate_rollout(num_envs=2, rollout_len=3, obs_dim=4, action_dim=1)
+        >>> out = torchrl_transitions(rollout.reshape(-1))
+        >>> out["observation"].shape, out["next", "reward"].shape, out["sample_log_prob"].shape
+        (torch.Size([8, 4]), torch.Size([8, 1]), torch.Size([8]))
+    """
+    out = TensorDict(batch_size=transitions.batch_size, device=transitions.device)
+    for field in FIELDS:
+        entry = transitions.get(field.name, None)
+        if entry is None:
+            continue
+        if field.feature is None and field.key != keys.SAMPLE_LOG_PROB:
+            entry = entry.unsqueeze(-1)  # TorchRL's per-step numbers are [..., 1]
+        out.set(field.key, entry)
+    for name, key in ALGORITHM_KEYS.items():
+        attached = transitions.get(name, None)
+        if attached is not None:
+            out.set(key, attached.unsqueeze(-1))
+    return out
+
+
 def as_torchrl(rollout: TensorDictBase) -> TensorDict:
     """The `[*B, T]` transitions of a buffer-layout rollout under TorchRL's keys (a new
-    TensorDict; the root entries share memory with the rollout where they can).
+    TensorDict sharing the rollout's memory where it can): `torchrl_transitions` of its first
+    `T` steps, with what follows each step.
 
     `("next", "observation")` is `obs[t + 1]`: the observation after a step, except at the
     last step of an episode, whose final observation the buffer layout does not keep (that is
     what `final_value` stands in for); `("next", "state_value")` is `next_values(rollout)`.
-    Algorithm fields present (`advantage`, `return`) come as `"advantage"`, `"value_target"`.
+
+    Raises:
+        TypeError: `rollout` is not in the buffer layout.
     """
     if not is_buffer_layout(rollout):
         raise TypeError(
@@ -188,18 +220,8 @@ def as_torchrl(rollout: TensorDictBase) -> TensorDict:
             f"got one with keys {sorted(map(str, rollout.keys()))}."
         )
     steps, dim = rollout.batch_size[-1] - 1, rollout.batch_dims - 1
-    batch = rollout.batch_size[:-1]
-    out = TensorDict(batch_size=[*batch, steps], device=rollout.device)
-    for field in FIELDS:
-        entry = rollout.get(field.name).narrow(dim, 0, steps)
-        if field.feature is None and field.key != keys.SAMPLE_LOG_PROB:
-            entry = entry.unsqueeze(-1)  # TorchRL's per-step numbers are [..., 1]
-        out.set(field.key, entry)
+    out = torchrl_transitions(rollout[..., :steps])
     out.set((keys.NEXT, keys.OBSERVATION), rollout.get(OBS).narrow(dim, 1, steps))
     out.set((keys.NEXT, keys.STATE_VALUE), next_values(rollout).unsqueeze(-1))
-    for name, key in ALGORITHM_KEYS.items():
-        attached = rollout.get(name, None)
-        if attached is not None:
-            out.set(key, attached.narrow(dim, 0, steps).unsqueeze(-1))
-    out.names = [*([None] * len(batch)), keys.TIME_DIM_NAME]
+    out.names = [*([None] * dim), keys.TIME_DIM_NAME]
     return out
