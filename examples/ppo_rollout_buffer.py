@@ -44,8 +44,12 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlcollect import keys
-from rlcollect.batch.rollout_layout import torchrl_transitions
-from rlcollect.replay import RolloutBuffer, iterate_minibatches, transition_view
+from rlcollect.replay import (
+    RolloutBuffer,
+    iterate_minibatches,
+    torchrl_transitions,
+    transition_view,
+)
 
 log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 

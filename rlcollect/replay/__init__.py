@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlcollect.batch.rollout_layout import as_torchrl, torchrl_transitions
 from rlcollect.replay.memmap_storage import LazyMemmapStorage
 from rlcollect.replay.prioritized_sampler import PrioritizedSampler
 from rlcollect.replay.ray_buffer import RayReplayBuffer, RayReplayBufferClient
@@ -30,6 +31,8 @@ __all__ = [
     "Storage",
     "TensorStorage",
     "Writer",
+    "as_torchrl",
     "iterate_minibatches",
+    "torchrl_transitions",
     "transition_view",
 ]
