@@ -105,3 +105,10 @@ def test_the_default_run_solves_cartpole(tmp_path: Path) -> None:
     last = rows(tmp_path)[-1]
     assert float(last["mean_return_last_100"]) >= 475, last
     assert float(last["final_eval_return"]) >= 475, last
+
+
+def test_runs_go_under_the_script_s_name() -> None:
+    with initialize_config_dir(config_dir=str(EXAMPLES / "conf"), version_base=None):
+        cfg = compose(config_name=SCRIPT, return_hydra_config=True)
+    assert cfg.hydra.run.dir.startswith(f"outputs/{SCRIPT}/")
+    assert cfg.hydra.sweep.dir.startswith(f"multirun/{SCRIPT}/")

@@ -296,3 +296,32 @@ def test_sizes_must_be_positive_ints(name: str) -> None:
     sizes = {"num_envs": N, "rollout_len": T, "obs_dim": 1, "action_dim": 1, name: 0}
     with pytest.raises(ValueError, match=f"{name} must be a positive int, got 0"):
         RolloutBuffer(**sizes)
+
+
+# --- the TorchRL layout and devices ---
+
+
+def test_the_torchrl_layout_takes_a_float_action_frame_and_gets_the_bootstrap_value() -> None:
+    frame = RolloutBuffer.frame_example(observation_shape=(1,), action_shape=())
+    assert frame["action"].dtype == torch.float32  # the env's action is an int64 index
+    buffer = RolloutBuffer(N, T, spec_or_example=frame)
+    collector = counting_collector()
+    rollout = collector.collect(num_steps=T, rollout=buffer.start_rollout())
+    assert rollout["action"].dtype == torch.float32
+    assert rollout["observation"][0, :, 0].tolist() == [float(t) for t in range(T + 1)]
+    assert torch.equal(rollout["state_value"][:, T], 2 * rollout["observation"][:, T] + 1)
+    collector.collect_rollout(rollout)  # the same storage, without the bootstrap value
+    assert rollout["observation"][0, 0, 0] == T
+
+
+@pytest.mark.gpu
+def test_a_rollout_on_cuda_is_filled_from_a_cpu_env() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    on_cpu = RolloutBuffer(N, T, OBS_DIM, ACTION_DIM).start_rollout()
+    on_cuda = RolloutBuffer(N, T, OBS_DIM, ACTION_DIM, device="cuda").start_rollout()
+    counting_collector(max_frames_per_traj=3).collect(num_steps=T, rollout=on_cpu)
+    counting_collector(max_frames_per_traj=3).collect(num_steps=T, rollout=on_cuda)
+    for name, field in on_cuda.items():
+        assert field.is_cuda, name
+        assert torch.equal(field.cpu(), on_cpu[name]), name

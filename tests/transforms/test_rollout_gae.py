@@ -84,7 +84,7 @@ def counting_collector(num_envs: int, steps: int) -> Collector:
 
 
 def test_on_collected_rollouts_it_equals_gae_on_the_torchrl_batch_of_the_same_steps() -> None:
-    num_envs, steps = 4, 12
+    num_envs, steps = 4, 13  # not every episode ends at the last step
     rollout = RolloutBuffer(num_envs, steps, 1, 1).start_rollout()
     buffer_collector = counting_collector(num_envs, steps)
     batch_collector = counting_collector(num_envs, steps)
