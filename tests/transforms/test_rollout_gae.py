@@ -40,7 +40,8 @@ def random_rollout(num_envs: int, steps: int, seed: int) -> TensorDict:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_rollout_gae_equals_our_gae_and_torchrl_s_on_the_same_transitions(seed: int) -> None:
     rollout = random_rollout(num_envs=4, steps=30, seed=seed)
-    assert rollout["truncated"][:, :30].any() and rollout["terminated"][:, :30].any()
+    assert rollout["truncated"][:, :30].any()
+    assert rollout["terminated"][:, :30].any()
     transitions = as_torchrl(rollout)
     RolloutGAE(GAMMA, LMBDA)(rollout)
     ours = GAE(GAMMA, LMBDA, None)(transitions)
@@ -93,7 +94,8 @@ def test_on_collected_rollouts_it_equals_gae_on_the_torchrl_batch_of_the_same_st
         buffer_collector.collect(num_steps=steps, rollout=rollout)
         batch = batch_collector.next()  # the same steps, with their final observations
         assert torch.equal(rollout["obs"][:, :steps], batch["observation"])
-        assert rollout["truncated"].any() and rollout["terminated"].any()
+        assert rollout["truncated"].any()
+        assert rollout["terminated"].any()
         RolloutGAE(GAMMA, LMBDA)(rollout)
         reference = GAE(GAMMA, LMBDA, value_network)(batch)
         torch.testing.assert_close(rollout["advantage"][:, :steps], reference["advantage"][..., 0])
@@ -111,7 +113,7 @@ def test_attached_fields_are_written_in_place() -> None:
 def test_misuse_is_refused_naming_what_is_missing() -> None:
     frame = RolloutBuffer.frame_example((3,), ())
     torchrl_rollout = RolloutBuffer(2, 5, spec_or_example=frame).start_rollout()
-    with pytest.raises(TypeError, match="for TorchRL's keys use rlcollect.transforms.GAE"):
+    with pytest.raises(TypeError, match=r"for TorchRL's keys use rlcollect\.transforms\.GAE"):
         RolloutGAE(GAMMA, LMBDA)(torchrl_rollout)
     with pytest.raises(KeyError, match="no 'final_value' field"):
         RolloutGAE(GAMMA, LMBDA)(random_rollout(2, 5, seed=0).exclude("final_value"))

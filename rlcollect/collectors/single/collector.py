@@ -370,17 +370,12 @@ class Collector(CollectorControl):
     def collect(self, num_steps: int, rollout: TensorDictBase) -> TensorDictBase:
         """Collect one batch straight into `rollout`, in place, and return it.
 
-        `rollout` is a `[*env.batch_size, T + 1]` TensorDict in either layout of
-        `rlcollect/batch/rollout_layout.py`: the buffer layout of `RolloutBuffer(num_envs,
-        rollout_len, obs_dim, action_dim)` (`obs`, `action`, `value`, ...) or the TorchRL
-        layout (`collect_rollout`'s). The collector writes its `T` steps, the observation the
-        next rollout starts from at slot `T` and, when the policy writes `"state_value"`, the
-        bootstrap value of that observation at slot `T` and (buffer layout) `final_value`,
-        the value of the last observation of every truncated episode. It writes no other
-        entry: fields an algorithm attaches (`advantage`, `return`, ...) stay as they are. A
-        step costs what it costs in `next()` (the same loop, over the rollout's tensors);
-        entries the rollout holds in another dtype (a float32 action for a discrete env) or on
-        another device are copied in once after the loop.
+        `rollout` is a `[*env.batch_size, T + 1]` TensorDict in the buffer layout of
+        `RolloutBuffer(num_envs, rollout_len, obs_dim, action_dim)` or in the TorchRL layout
+        (`rlcollect/batch/rollout_layout.py`). The collector writes its `T` steps through the
+        loop of `next()`, the observation the next rollout starts from at slot `T` and, when
+        the policy writes `"state_value"`, its bootstrap value there and `final_value`; never
+        the fields an algorithm attaches (see `single/rollout_storage.py`).
 
         Args:
             num_steps: `T`; must be the rollout's and this collector's steps per batch.
@@ -401,9 +396,9 @@ class Collector(CollectorControl):
         `rollout` is a `[*env.batch_size, T + 1]` TensorDict such as
         `RolloutBuffer.start_rollout()`: the collector writes its `[..., :T]` transitions and
         the next observation at slot `T` (where the following rollout starts). Keys it lacks
-        are added to it once (TorchRL layout). Counts towards `total_frames` like a yielded
-        batch. The collector writes into `rollout` only during this call. `collect` does the
-        same and also writes the bootstrap value at slot `T`.
+        are added to it once (TorchRL layout); entries of another dtype or device are copied
+        in after the loop. Counts towards `total_frames` like a yielded batch. The collector
+        writes into `rollout` only during this call. `collect` also writes the bootstrap value.
 
         Raises:
             StopIteration: when `total_frames` have been collected.
