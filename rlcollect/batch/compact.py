@@ -56,6 +56,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
+from rlcollect.batch.rollout_layout import is_buffer_layout
 
 Key = tuple[str, ...]
 
@@ -234,7 +235,18 @@ def _rollout_transitions(rollout: TensorDictBase) -> TensorDictBase:
             "transition_view takes a compact batch, or a rollout whose last batch dim is time "
             f"of length T + 1 >= 1; got batch_size={rollout.batch_size}."
         )
-    return rollout[..., : rollout.batch_size[-1] - 1]
+    view = rollout[..., : rollout.batch_size[-1] - 1]
+    if is_buffer_layout(rollout):
+        # A buffer-layout view loses the name "time", so that it cannot be taken twice.
+        if rollout.names[-1] != keys.TIME_DIM_NAME:
+            raise ValueError(
+                "transition_view takes a RolloutBuffer rollout [N, T + 1] whose last dim is "
+                f"named 'time'; this one has names={rollout.names}: it is already a transition "
+                "view (another would drop step T - 1). Pass the rollout of "
+                "buffer.get(flatten=False), or name its time dim."
+            )
+        view.names = [None] * view.batch_dims
+    return view
 
 
 def _steps(compact: TensorDictBase, rest: TensorDictBase, observation_keys: list[Key]) -> int:
@@ -288,7 +300,9 @@ def transition_view(data: TensorDictBase, flatten: bool = False) -> TensorDictBa
       written in).
     * A `[*B, T + 1]` rollout (`RolloutBuffer`) gives its first `T` steps: slot `T` (the last
       observation and its bootstrap value, padding for `"next"` entries) is dropped. The result
-      is a view: writing to it writes to the rollout, and the reverse.
+      is a view: writing to it writes to the rollout, and the reverse. A rollout in the buffer
+      layout (`obs`, `action`, ...) must have its time dim named "time", and its view has no
+      name: a second `transition_view` of it is refused rather than dropping step `T - 1`.
 
     Args:
         data: a compact batch, or a TensorDict whose last batch dim is time, of length `T + 1`.

@@ -325,3 +325,15 @@ def test_a_rollout_on_cuda_is_filled_from_a_cpu_env() -> None:
     for name, field in on_cuda.items():
         assert field.is_cuda, name
         assert torch.equal(field.cpu(), on_cpu[name]), name
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_a_transition_view_cannot_be_taken_twice(flatten: bool) -> None:
+    buffer = RolloutBuffer(N, T, OBS_DIM, ACTION_DIM)
+    buffer.add(counting_collector().collect(num_steps=T, rollout=buffer.start_rollout()))
+    view = transition_view(buffer.get(flatten=False), flatten=flatten)
+    with pytest.raises(ValueError, match="it is already a transition view"):
+        transition_view(view)
+    with pytest.raises(ValueError, match="it is already a transition view"):
+        transition_view(buffer.rollout.reshape(-1))  # a reshaped rollout has lost its time dim
+    assert transition_view(buffer.rollout).batch_size == (N, T)
