@@ -116,7 +116,8 @@ def layout_of(rollout: object) -> RolloutLayout:
     return RolloutLayout.BUFFER if is_buffer_layout(rollout) else RolloutLayout.TORCHRL
 
 
-def _positive(name: str, value: object) -> int:
+def positive_size(name: str, value: object) -> int:
+    """`value` as an int, or a ValueError naming `name` when it is not a positive int."""
     if not keys.is_int(value) or operator.index(value) <= 0:  # type: ignore[arg-type]
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
     return operator.index(value)  # type: ignore[arg-type]
@@ -141,10 +142,10 @@ def allocate_rollout(
         (torch.Size([2, 4, 4]), torch.bool)
     """
     sizes = {
-        "num_envs": _positive("num_envs", num_envs),
-        "rollout_len": _positive("rollout_len", rollout_len),
-        "obs_dim": _positive("obs_dim", obs_dim),
-        "action_dim": _positive("action_dim", action_dim),
+        "num_envs": positive_size("num_envs", num_envs),
+        "rollout_len": positive_size("rollout_len", rollout_len),
+        "obs_dim": positive_size("obs_dim", obs_dim),
+        "action_dim": positive_size("action_dim", action_dim),
     }
     batch = (sizes["num_envs"], sizes["rollout_len"] + 1)
     rollout = TensorDict(batch_size=batch, device=device)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +9,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.batch.compact import transition_view
-from rlcollect.batch.rollout_layout import FIELDS, RolloutLayout, allocate_rollout
+from rlcollect.batch.rollout_layout import (
+    FIELDS,
+    RolloutLayout,
+    allocate_rollout,
+    positive_size,
+)
 from rlcollect.errors import MisuseError
 from rlcollect.keys import (
     ACTION,
@@ -76,12 +80,6 @@ def _example_frame(spec_or_example: Any) -> TensorDictBase:
             f"(batch_size=[N, T] or [N, T + 1]), got batch_size={example.batch_size}."
         )
     return example
-
-
-def _positive_int(name: str, value: object) -> int:
-    if not is_int(value) or operator.index(value) <= 0:  # type: ignore[arg-type]
-        raise ValueError(f"{name} must be a positive int, got {value!r}.")
-    return operator.index(value)  # type: ignore[arg-type]
 
 
 class RolloutBuffer:
@@ -158,8 +156,8 @@ class RolloutBuffer:
         *,
         spec_or_example: Any = None,
     ) -> None:
-        self.num_envs = _positive_int("num_envs", num_envs)
-        self.rollout_len = _positive_int("rollout_len", rollout_len)
+        self.num_envs = positive_size("num_envs", num_envs)
+        self.rollout_len = positive_size("rollout_len", rollout_len)
         self.device = torch.device(device)
         if spec_or_example is None and obs_dim is not None and not is_int(obs_dim):
             spec_or_example, obs_dim = obs_dim, None  # RolloutBuffer(N, T, frame)

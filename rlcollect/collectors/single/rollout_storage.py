@@ -9,15 +9,13 @@ the entries kept in scratch (another dtype or device) are copied into the rollou
 
 from __future__ import annotations
 
-import operator
-
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
 from rlcollect import keys
 from rlcollect.batch.compact import compact_keys
-from rlcollect.batch.rollout_layout import FINAL_VALUE, is_buffer_layout
+from rlcollect.batch.rollout_layout import FINAL_VALUE, is_buffer_layout, positive_size
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.rollout import RolloutLoop
 from rlcollect.collectors.single.storage_binding import (
@@ -40,9 +38,7 @@ def check_num_steps(
             "rollout must be a TensorDict of batch [*env batch, T + 1] (e.g. "
             f"RolloutBuffer(...).start_rollout()), got {type(rollout).__name__}."
         )
-    if not keys.is_int(num_steps) or operator.index(num_steps) <= 0:  # type: ignore[arg-type]
-        raise ValueError(f"num_steps must be a positive int, got {num_steps!r}.")
-    num_steps = operator.index(num_steps)  # type: ignore[arg-type]
+    num_steps = positive_size("num_steps", num_steps)
     held = rollout.batch_size[-1] - 1
     if num_steps != held:
         raise ValueError(
