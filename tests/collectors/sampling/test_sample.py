@@ -25,6 +25,7 @@ from rlcollect import (
     MultiAsyncCollector,
     MultiSyncCollector,
     ReplayBuffer,
+    keys,
 )
 from rlcollect.testing import CountingEnv
 
@@ -92,11 +93,14 @@ def stitched(calls: Iterable[list[Episode]]) -> dict[int, Episode]:
     }
 
 
-def assert_same(episode: Episode, expected: Episode) -> None:
-    """Equal transitions, key by key."""
-    assert episode.id_ == expected.id_
+def assert_same(episode: Episode, expected: Episode, ignore: Iterable[Any] = ()) -> None:
+    """Equal transitions, key by key (but the keys to `ignore`, e.g. trajectory ids given by
+    another collector)."""
+    ignore = set(ignore)
+    if keys.TRAJ_IDS not in ignore:
+        assert episode.id_ == expected.id_
     assert len(episode) == len(expected)
-    got, want = episode.transitions, expected.transitions
+    got, want = episode.transitions.exclude(*ignore), expected.transitions.exclude(*ignore)
     assert set(got.keys(True, True)) == set(want.keys(True, True))
     for key in want.keys(include_nested=True, leaves_only=True):
         assert torch.equal(got[key], want[key]), (episode.id_, key)
