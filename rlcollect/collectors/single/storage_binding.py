@@ -41,7 +41,7 @@ class StorageBinding:
     def write_back(self) -> None:
         """Copy every scratch entry into the storage (casting its dtype, across devices)."""
         for destination, scratch in self.write_backs:
-            destination.copy_(scratch.reshape(destination.shape), non_blocking=True)
+            destination.copy_(scratch.reshape(destination.shape))
 
 
 def _describe(entry: object) -> str:
