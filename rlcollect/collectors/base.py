@@ -193,11 +193,10 @@ class CollectorBase:
 
         * `num_timesteps=N`: at least N steps (env steps, summed over sub-envs, workers and
           actors): the steps kept from earlier calls, then whole batches until N are held,
-          all handed out (RLlib runs exactly N steps; ours are whole batches, and nothing
-          collected is held back):
-          every episode that ended, then a chunk of every running episode
+          all handed out: every episode that ended, then a chunk of every running episode
           (`is_done == False`), whose continuation, with the same `id_` and
-          `t_started == chunk.t`, comes with a later call;
+          `t_started == chunk.t`, comes with a later call. RLlib runs exactly N steps; ours
+          are whole batches, and nothing collected is held back;
         * `num_episodes=K`: the first K episodes that end (batch by batch, row by row),
           each whole, or the rest of one whose first chunks an earlier call handed out (its
           `t_started` says where it resumes). RLlib resets the envs and drops what runs past
@@ -222,7 +221,8 @@ class CollectorBase:
             A list of `Episode`s (single-agent) or `MultiAgentEpisode`s.
 
         Raises:
-            ValueError: both arguments, or one below 1. TypeError: one is not an int.
+            ValueError: both arguments, or one below 1.
+            TypeError: one is not an int.
             MisuseError: the collector fills a replay buffer (its batches go there).
             StopIteration: `total_frames` ran out and nothing is left to hand out.
 
