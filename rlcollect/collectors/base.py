@@ -65,7 +65,6 @@ class CollectorBase:
     frames: int
     total_frames: int
     frames_per_batch: int
-    policy_version: int  # how many times the policy weights were updated
     options: Any  # the validated batch options (collectors/options.py's BatchOptions)
 
     # --- weights ----------------------------------------------------------------------------------

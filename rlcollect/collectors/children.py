@@ -198,6 +198,7 @@ class CollectorWithChildren(CollectorBase):
     is checked here once (`self.weights.checked`), then sent down by `apply_weights`."""
 
     weights: Any  # a `weights.sender.SentWeights` or what wraps one
+    policy_version: int  # the version of the weights last sent down
     options: Any  # the `options.BatchOptions` of the parent
     _start_time: float | None
 
