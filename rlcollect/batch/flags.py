@@ -28,11 +28,14 @@ def end_flag_keys(done_keys: Sequence[NestedKey]) -> list[NestedKey]:
 
 def end_of_trajectory(flags: Sequence[torch.Tensor], batch_ndim: int) -> torch.Tensor:
     """OR of `flags` over every dim past the first `batch_ndim`: which batch elements ended a
-    trajectory. One flag of shape `[*batch, 1]` (the common case) costs a reshape."""
+    trajectory, as a bool tensor. One bool flag of shape `[*batch, 1]` (the common case) costs
+    a reshape. A flag of another dtype (an env whose done spec is float, as some of TorchRL's
+    test envs have) counts as set where it is non-zero, as TorchRL reads it."""
     first = flags[0]
     batch = first.shape[:batch_ndim]
     if len(flags) == 1 and first.shape[batch_ndim:].numel() == 1:
-        return first.reshape(batch)
+        ended = first.reshape(batch)
+        return ended if ended.dtype is torch.bool else ended != 0
     ended = torch.zeros(batch, dtype=torch.bool, device=first.device)
     for flag in flags:
         ended |= flag.reshape(*batch, -1).any(-1)

@@ -273,16 +273,38 @@ class CarrierLayout:
             batch.set(key, self.carrier.get(key)[steps])
         return batch
 
-    def truncate_last_step(self) -> None:
-        """Mark the batch's last step truncated and done (`set_truncated=True`).
+    def truncate_last_step(self, steps: int | None = None) -> None:
+        """Mark the batch's last step (of its first `steps`) truncated and done
+        (`set_truncated=True`).
 
         The collector checks at construction that the env has a truncated flag.
         """
         if not self._truncations:
             raise KeyError("the carrier has no ('next', 'truncated') entry to mark.")
+        last = (self.steps if steps is None else steps) - 1
         for truncated, done in self._truncations:
-            self._at(truncated, self.steps - 1).fill_(True)
-            self._at(done, self.steps - 1).fill_(True)
+            self._at(truncated, last).fill_(True)
+            self._at(done, last).fill_(True)
+
+    def stop_after(self, steps: int) -> None:
+        """The batch was cut short after `steps` steps (TorchRL's interruptor): the next
+        batch starts from slot `steps`, and the steps past it end nothing and earn nothing
+        (they hold the last batch's data), so the per-batch upkeep counts only real steps."""
+        if steps >= self.steps:
+            return
+        for key in self._tensor_carry:
+            tensor = self.carrier.get(key)
+            self._at(tensor, self.steps).copy_(self._at(tensor, steps))
+        for key in self._extra_carry:
+            last, cut = time_index(self.time_dim, self.steps), time_index(self.time_dim, steps)
+            copy_non_tensor(self.carrier, self.carrier, key, cut, last)
+        next_td = self.carrier.get(keys.NEXT)
+        for key in [*self.done_keys, *self.reward_keys]:
+            next_td.get(key).narrow(self.time_dim, steps, self.steps - steps).zero_()
+
+    def mark_uncollected(self, steps: int) -> None:
+        """Trajectory id -1 for the steps past `steps` (TorchRL's mark of invalid frames)."""
+        self._traj.narrow(self.time_dim, steps, self.steps - steps).fill_(-1)
 
     def clear_done_flags(self) -> None:
         """`no_done_at_end`: in the batch just collected, every episode end keeps only its

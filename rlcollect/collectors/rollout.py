@@ -33,6 +33,27 @@ class BatchAbandonedError(Exception):
     """A batch given up half-way (its `stop` answered True, e.g. at shutdown)."""
 
 
+class BatchCutShortError(Exception):
+    """TorchRL's interruptor stopped the batch after `steps` steps: the batch keeps them."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(steps)
+        self.steps = steps
+
+
+def interruptible(env_step: Callable[[int], None], interruptor: Any) -> Callable[[int], None]:
+    """`env_step`, then TorchRL's interruptor polled (as TorchRL polls it, after every env
+    step): once `collection_stopped()` answers True, the batch ends after this step."""
+    stopped = interruptor.collection_stopped
+
+    def step_then_poll(t: int) -> None:
+        env_step(t)
+        if stopped():
+            raise BatchCutShortError(t + 1)
+
+    return step_then_poll
+
+
 @dataclass
 class TrajectoryStream:
     """What outlives one batch and one carrier: the env's trajectories across batches.
@@ -57,6 +78,8 @@ class LoopFlags:
     no_done_at_end: bool = False
     exploration_type: InteractionType | None = None
     inference_mode: bool = True
+    # TorchRL's interruptor (`collection_stopped()`), polled after every env step when given.
+    interruptor: Any = None
 
 
 class RolloutLoop:
@@ -95,6 +118,8 @@ class RolloutLoop:
             or self.random_step
         )
         self.env_step = layout.env_step(env)
+        if flags.interruptor is not None:
+            self.env_step = interruptible(self.env_step, flags.interruptor)
 
     def on(self, layout: CarrierLayout) -> RolloutLoop:
         """The same loop over another carrier (e.g. a user's `RolloutBuffer` rollout)."""
@@ -104,7 +129,10 @@ class RolloutLoop:
         """Fill the carrier with one batch.
 
         `stop` is polled before every step; when it answers True the batch is abandoned
-        (`BatchAbandonedError`) and the next batch starts from a reset.
+        (`BatchAbandonedError`) and the next batch starts from a reset. An interruptor that
+        stops collection cuts the batch short instead: the steps collected are kept, the
+        others are marked invalid (trajectory id -1, as TorchRL marks them), and the next
+        batch goes on from where this one stopped.
         """
         self.begin()
         policy_step = self.random_step if random_actions else self.policy_step
@@ -116,6 +144,11 @@ class RolloutLoop:
                         raise BatchAbandonedError
                     policy_step(t)
                     env_step(t)
+        except BatchCutShortError as cut:
+            self.layout.stop_after(cut.steps)
+            self.end(cut.steps)
+            self.layout.mark_uncollected(cut.steps)
+            return
         except BaseException:
             # The env has moved on but slot T was not written: carrying it over would start
             # the next batch with a transition that never happened. Reset instead.
@@ -147,12 +180,13 @@ class RolloutLoop:
                 layout.start_trajectories(stream.trajectories.take(layout.env_numel, layout.device))
         stream.unstarted = False
 
-    def end(self) -> None:
-        """Account the batch just collected: episode returns, flags, trajectory ids."""
+    def end(self, steps: int | None = None) -> None:
+        """Account the batch just collected (its first `steps` steps, all by default):
+        episode returns, flags, trajectory ids."""
         layout = self.layout
         layout.record_episodes(self.stream.episodes)
         if self.flags.set_truncated:
-            layout.truncate_last_step()
+            layout.truncate_last_step(self.steps if steps is None else steps)
         layout.finish_batch(self.stream.trajectories, self.policy.version)
         if self.flags.no_done_at_end:
             layout.clear_done_flags()

@@ -13,6 +13,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 from rlcollect import keys
+from rlcollect.collectors.policy.acceleration import PolicyAcceleration
 from rlcollect.collectors.policy.recurrent_state import policy_state_keys
 from rlcollect.collectors.policy.resolve import (
     extra_output_keys,
@@ -56,6 +57,8 @@ class PolicyHolder:
 
     The user's policy is used as is when its parameters already live on `device`; otherwise a
     deep copy is moved there, and `update()` with no argument copies the user's weights again.
+    With `acceleration` (TorchRL's `compile_policy` / `cudagraph_policy`), the per-step calls
+    run the compiled callable, built once per module; weights are still loaded into the module.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class PolicyHolder:
         observation_keys: Sequence[Any],
         device: torch.device,
         action_keys: Sequence[Any] = ("action",),
+        acceleration: PolicyAcceleration | None = None,
     ) -> None:
         resolved = resolve_policy(policy, observation_keys, action_keys)
         # A plain module we wrapped: its extra outputs are named once its output is seen.
@@ -76,6 +80,17 @@ class PolicyHolder:
             self._source = resolved
             resolved = copy.deepcopy(resolved).to(device)
         self.module = resolved
+        self.acceleration = acceleration or PolicyAcceleration()
+        self._accelerated: dict[int, tuple[Any, Any]] = {}  # id -> (callable, what it wraps)
+
+    def accelerated(self, policy: Any) -> Any:
+        """`policy` compiled / captured as `acceleration` says, built once: every loop
+        (another carrier's too) runs the same compiled callable."""
+        built = self._accelerated.get(id(policy))
+        if built is None or built[1] is not policy:
+            built = (self.acceleration.apply(policy, self.device), policy)
+            self._accelerated[id(policy)] = built
+        return built[0]
 
     def name_extra_outputs(self, root: TensorDictBase) -> None:
         """Give the outputs of an auto-wrapped module past its action(s) TorchRL's names
@@ -173,10 +188,14 @@ class PolicyHolder:
         if self.module is None:
             return None
         policy_device = self.device if self.device != carrier_device else None
-        grad_mode = policy_grad_mode(inference_mode, self.module)
-        if is_fast_module(self.module) and _holds_tensors(carrier, self.module):
-            return ModuleStep(self.module, carrier, time_dim, policy_device, grad_mode)
-        return DictStep(self.module, carrier, time_dim, output_keys, policy_device, grad_mode)
+        module = self.module
+        grad_mode = policy_grad_mode(inference_mode, module)
+        fast = self.acceleration.keeps_tensor_path and is_fast_module(module)
+        if fast and _holds_tensors(carrier, module):
+            call = self.accelerated(module.module)
+            return ModuleStep(module, carrier, time_dim, policy_device, grad_mode, call)
+        call = self.accelerated(module)
+        return DictStep(call, carrier, time_dim, output_keys, policy_device, grad_mode)
 
     def state_dict(self) -> dict[str, Any]:
         """The policy's state dict (empty for random actions)."""

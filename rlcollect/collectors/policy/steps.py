@@ -56,9 +56,11 @@ class ModuleStep:
         time_dim: int,
         policy_device: torch.device | None,
         grad_mode: AbstractContextManager[Any],
+        call: Callable[..., Any] | None = None,
     ) -> None:
         length = carrier.shape[time_dim]
-        self._module = policy.module
+        # `call`: what runs the plain module (e.g. it compiled); the module itself by default.
+        self._module = policy.module if call is None else call
         self._grad_mode = grad_mode
         inputs = [_time_views(carrier.get(k), time_dim, length) for k in policy.in_keys]
         outputs = [_time_views(carrier.get(k), time_dim, length) for k in policy.out_keys]

@@ -20,6 +20,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
+from rlcollect.collectors.policy.acceleration import PolicyAcceleration
 from rlcollect.collectors.policy.env_transforms import register_policy_transforms
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
@@ -41,7 +42,9 @@ from rlcollect.collectors.single.setup import (
     BatchGeometry,
     Sampling,
     check_loop_arguments,
+    check_torchrl_arguments,
     policy_from_factory,
+    refuse_interruptor_with_whole_episodes,
 )
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
@@ -91,9 +94,27 @@ class Collector(CollectorControl):
         pre_collect_hook: called with no argument before every batch is collected.
         post_collect_hook: called with every finished batch (after `postproc`).
         track_traj_ids: False leaves `("collector", "traj_ids")` out of the batches.
-        use_buffers: must be None or True: batches are always written into one buffer.
+        use_buffers: accepted: True, None or False (TorchRL's stacking of steps, for envs
+            whose specs change) give the same batches, always written into one buffer.
         trust_policy: accepted and ignored: the policy's outputs are learnt by one probe
             call at construction, so there is nothing to trust or check per step.
+        compile_policy: True or a dict of `torch.compile` keyword arguments: every step runs
+            the policy compiled (TorchRL's `warmup` key is accepted; the probe call at
+            construction runs uncompiled). Weight updates reach the compiled policy.
+        cudagraph_policy: True or a dict of `tensordict.nn.CudaGraphModule` keyword
+            arguments: with CUDA the policy is captured in a CUDA graph (after
+            `compile_policy`); without CUDA it runs as it is, with a warning, as TorchRL's.
+        no_cuda_sync: True or False (default); this collector makes no explicit CUDA
+            synchronisation call, so there is none to skip.
+        interruptor: TorchRL's `_Interruptor` (any object with `collection_stopped()`),
+            polled after every env step: once it answers True the batch ends there. The
+            batch keeps its size; its steps past the cut are marked invalid with
+            `("collector", "traj_ids")` -1 (their other entries are stale), and the next
+            batch goes on from where this one stopped. Not with batches of whole episodes.
+        local_init_rb: True, False or None, accepted: a replay buffer's storage is always
+            initialised where it is first written (TorchRL 0.14 forces True).
+        weight_updater: TorchRL's legacy updater is refused (only None is accepted); use
+            `update_policy_weights_()`, and `weight_sync_schemes` on collectors with workers.
         auto_register_policy_transforms: True adds an `InitTracker` to the env when the
             policy reads `"is_init"` and the env does not write it (a recurrent policy); no
             state primer is needed, the collector carries the state. None or False leave the
@@ -186,6 +207,12 @@ class Collector(CollectorControl):
         view_requirements: Mapping[str, ViewRequirement] | None = None,
         policies: Mapping[str, Any] | None = None,
         policy_mapping_fn: Callable[[str], str] | None = None,
+        compile_policy: bool | Mapping[str, Any] | None = None,
+        cudagraph_policy: bool | Mapping[str, Any] | None = None,
+        no_cuda_sync: bool = False,
+        interruptor: Any = None,
+        local_init_rb: bool | None = None,
+        weight_updater: Any = None,
     ) -> None:
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
@@ -197,6 +224,15 @@ class Collector(CollectorControl):
             use_buffers=use_buffers,
             trust_policy=trust_policy,
         )
+        check_torchrl_arguments(
+            no_cuda_sync=no_cuda_sync,
+            local_init_rb=local_init_rb,
+            weight_updater=weight_updater,
+            interruptor=interruptor,
+        )
+        self.no_cuda_sync = no_cuda_sync
+        self.interruptor = interruptor
+        acceleration = PolicyAcceleration.validate(compile_policy, cudagraph_policy)
         self.inference_mode = inference_mode
         self._pre_collect_hook = pre_collect_hook
         policy = policy_or_map(
@@ -246,6 +282,7 @@ class Collector(CollectorControl):
             reset_at_each_iter=reset_at_each_iter,
             split_trajs=split_trajs,
         )
+        refuse_interruptor_with_whole_episodes(interruptor, sampling)
         self.env, self.horizon = sampling.env, sampling.horizon
         self.worker_idx = worker_idx
         self.exploration_type = exploration_type
@@ -260,7 +297,9 @@ class Collector(CollectorControl):
         # The env was reset into the carrier's slot T, where a batch starts from; its
         # trajectories get their ids when the first batch starts them.
         self.stream = TrajectoryStream()
-        self._build_loop(policy, observation_keys, view_requirements, sampling, soft_horizon)
+        self._build_loop(
+            policy, observation_keys, view_requirements, sampling, soft_horizon, acceleration
+        )
         self._background = BackgroundLoop(self._background_batch)
         self._rollout_storage: RolloutStorage | None = None
         self.frames = 0
@@ -276,6 +315,7 @@ class Collector(CollectorControl):
         view_requirements: Mapping[str, ViewRequirement] | None,
         sampling: Sampling,
         cut_on_truncated: bool,
+        acceleration: PolicyAcceleration,
     ) -> None:
         """The policy on its device, the carrier with the trajectory views, the per-step
         callables, and the assembler of whole episodes."""
@@ -284,7 +324,9 @@ class Collector(CollectorControl):
             self.options.run_first(views.batch_steps())
             observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
         action_keys = list(self.env.action_keys)
-        self.policy = PolicyHolder(policy, observation_keys, self.devices.policy, action_keys)
+        self.policy = PolicyHolder(
+            policy, observation_keys, self.devices.policy, action_keys, acceleration
+        )
         self.layout = CarrierLayout.build(
             self.env,
             self.policy,
@@ -313,6 +355,7 @@ class Collector(CollectorControl):
             no_done_at_end=self.horizon.no_done_at_end,
             exploration_type=self.exploration_type,
             inference_mode=self.inference_mode,
+            interruptor=self.interruptor,
         )
         self.loop = RolloutLoop(
             self.env, self.layout, self.policy, self.steps_per_batch, self.stream, flags

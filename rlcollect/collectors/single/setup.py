@@ -56,13 +56,42 @@ def check_loop_arguments(
         raise TypeError(
             f"pre_collect_hook must be a callable taking no argument; got {pre_collect_hook!r}."
         )
-    if use_buffers is False:
+    # use_buffers=False: TorchRL stacks the steps instead of writing a preallocated buffer,
+    # for envs whose specs change; the batches are the same, so it is accepted.
+    for name, value in (("use_buffers", use_buffers), ("trust_policy", trust_policy)):
+        if value not in (None, True, False):
+            raise TypeError(f"{name} must be True, False or None; got {value!r}.")
+
+
+def refuse_weight_updater(weight_updater: Any) -> None:
+    """TorchRL's legacy `weight_updater`: only None is accepted, pointing to the schemes."""
+    if weight_updater is not None:
         raise ValueError(
-            "use_buffers=False is not supported: the collector always writes into one "
-            "preallocated buffer (that is what makes it fast). Leave use_buffers unset or True."
+            f"weight_updater={weight_updater!r} (TorchRL's legacy WeightUpdaterBase) is not "
+            "supported: weights reach a collector through update_policy_weights_(), and a "
+            "multi-process or Ray collector sends them to its workers with "
+            "weight_sync_schemes={'policy': scheme} (e.g. SharedMemWeightSyncScheme()). Drop "
+            "weight_updater, and pass weight_sync_schemes where workers need another scheme."
         )
-    if trust_policy not in (None, True, False):
-        raise TypeError(f"trust_policy must be True, False or None; got {trust_policy!r}.")
+
+
+def check_torchrl_arguments(
+    *, no_cuda_sync: Any, local_init_rb: Any, weight_updater: Any, interruptor: Any
+) -> None:
+    """TorchRL's arguments about CUDA, buffers and weights: accepted where they mean here
+    what they mean in TorchRL, refused (saying what to use) where they cannot."""
+    if not isinstance(no_cuda_sync, bool):
+        raise TypeError(f"no_cuda_sync must be True or False; got {no_cuda_sync!r}.")
+    # TorchRL 0.14 always initialises a replay buffer's storage where it is first written
+    # (local_init_rb is forced to True); so does every storage here. Nothing to switch.
+    if local_init_rb not in (None, True, False):
+        raise TypeError(f"local_init_rb must be True, False or None; got {local_init_rb!r}.")
+    refuse_weight_updater(weight_updater)
+    if interruptor is not None and not callable(getattr(interruptor, "collection_stopped", None)):
+        raise TypeError(
+            "interruptor must have a collection_stopped() method returning True once the "
+            f"batch should end (as TorchRL's _Interruptor); got {type(interruptor).__name__}."
+        )
 
 
 @dataclass(frozen=True)
@@ -142,3 +171,14 @@ class BatchGeometry:
                 stacklevel=3,
             )
         return cls(frames_per_step, steps, steps * batch_numel)
+
+
+def refuse_interruptor_with_whole_episodes(interruptor: Any, sampling: Sampling) -> None:
+    """An interruptor cuts batches short; batches of whole episodes have no fixed length to
+    cut, and the frames past a cut (marked invalid) would enter the episodes."""
+    if interruptor is not None and sampling.episode_mode is not None:
+        raise ValueError(
+            "interruptor cannot be used with trajs_per_batch or batch_mode="
+            "'complete_episodes': a batch of whole episodes has no fixed length to cut short. "
+            "Drop one of the two."
+        )

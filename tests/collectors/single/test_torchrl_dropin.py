@@ -154,8 +154,8 @@ def test_policy_factory_and_no_op_options_are_accepted() -> None:
     collector = Collector("CartPole-v1", policy_factory=greedy_module, frames_per_batch=10)
     assert collector.next()["action"].shape == (10, 2)
     collector.shutdown()
-    with pytest.raises(ValueError, match=r"use_buffers=False is not supported"):
-        Collector("CartPole-v1", frames_per_batch=10, use_buffers=False)
+    with pytest.raises(TypeError, match=r"use_buffers must be True, False or None; got 'yes'"):
+        Collector("CartPole-v1", frames_per_batch=10, use_buffers="yes")
     with pytest.raises(TypeError, match=r"policy_factory cannot be used with policy"):
         Collector("CartPole-v1", greedy_module(), policy_factory=greedy_module, frames_per_batch=4)
 
