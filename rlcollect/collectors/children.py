@@ -64,10 +64,11 @@ def resolve_children(
 
 
 def per_child_factories(
-    policy: Any, policy_factory: Any, count: int, child: str
+    policy: Any, policy_factory: Any, count: int, child: str, allow_both: bool = False
 ) -> list[Callable[[], Any] | None]:
-    """One policy factory per child (or Nones), refusing a policy and a factory together."""
-    if policy is not None and policy_factory is not None:
+    """One policy factory per child (or Nones), refusing a policy and a factory together
+    unless `allow_both` (then the policy is where the weights the children get are read)."""
+    if policy is not None and policy_factory is not None and not allow_both:
         raise ValueError("pass policy or policy_factory, not both.")
     factories = per_child("policy_factory", policy_factory, count, f"num_{child}s", child)
     for factory in factories:

@@ -9,8 +9,13 @@ from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.collectors.multiprocess.base import MultiCollectorBase
+from rlcollect.collectors.multiprocess.options import check_preemptive_threshold
 from rlcollect.collectors.multiprocess.pool import WorkerSlot
 from rlcollect.collectors.multiprocess.worker import WorkerCommand
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class MultiAsyncCollector(MultiCollectorBase):
@@ -19,9 +24,11 @@ class MultiAsyncCollector(MultiCollectorBase):
     A worker starts its next batch as soon as its last one has been copied out, so slow
     workers never hold fast ones back. Every batch carries `("collector", "worker_id")`;
     batches of one worker come in order, with its trajectories continuing across them.
-    Takes the arguments of `MultiSyncCollector` (but `cat_results`); `frames_per_batch` is
-    what each worker collects per batch (or a list, one per worker), and
-    `update_at_each_batch` sends the latest weights to a worker before it goes on.
+    Takes the arguments of `MultiSyncCollector`; `frames_per_batch` is what each worker
+    collects per batch (or a list, one per worker), and `update_at_each_batch` sends the
+    latest weights to a worker before it goes on. As in TorchRL, `cat_results` ("stack",
+    None or an int) is accepted and means nothing here (each batch is one worker's), and
+    `preemptive_threshold` is accepted and cuts nothing short (no worker waits for another).
 
     Examples:
         >>> from rlcollect.collectors import MultiAsyncCollector
@@ -34,11 +41,13 @@ class MultiAsyncCollector(MultiCollectorBase):
     """
 
     def __init__(self, create_env_fn: Any, policy: Any = None, **options: Any) -> None:
-        if "cat_results" in options:
-            raise TypeError(
-                "cat_results is MultiSyncCollector's: MultiAsyncCollector yields each worker's "
-                "batch as it is; drop cat_results."
+        cat_results = options.pop("cat_results", None)
+        if not (cat_results in (None, "stack") or _is_int(cat_results)):
+            raise ValueError(
+                f"cat_results={cat_results!r} is not supported; use 'stack', None or an int "
+                "(MultiAsyncCollector yields each worker's batch as it is, whichever)."
             )
+        check_preemptive_threshold(options.pop("preemptive_threshold", None))
         frames = options.get("frames_per_batch")
         if isinstance(frames, int) and not isinstance(frames, bool):
             num_workers = len(create_env_fn) if isinstance(create_env_fn, list | tuple) else None

@@ -21,7 +21,12 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import check_options, resolve_children
 from rlcollect.collectors.multiprocess.control import MultiCollectorControl
-from rlcollect.collectors.multiprocess.options import check_worker_arguments, in_worker_process
+from rlcollect.collectors.multiprocess.options import (
+    SharedInterruptor,
+    check_preemptive_threshold,
+    check_worker_arguments,
+    in_worker_process,
+)
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.options import (
@@ -93,6 +98,10 @@ class MultiCollectorBase(MultiCollectorControl):
         init_random_frames: int | None = None,
         mp_start_method: str | None = None,
         startup_timeout: float = 300.0,
+        preemptive_threshold: float | None = None,
+        init_fn: Callable[[], None] | None = None,
+        worker_idx: int | None = None,
+        weight_updater: Any = None,
         **collector_options: Any,
     ) -> None:
         policy = policy_or_map(
@@ -111,7 +120,14 @@ class MultiCollectorBase(MultiCollectorControl):
             num_workers=num_workers,
             worker_timeout=worker_timeout,
             num_sub_threads=num_sub_threads,
+            init_fn=init_fn,
+            weight_updater=weight_updater,
         )
+        self.preemptive_threshold = check_preemptive_threshold(preemptive_threshold)
+        # Shared with every worker's collector, which polls it after each env step.
+        self.interruptor = None if self.preemptive_threshold is None else SharedInterruptor()
+        self.worker_idx = worker_idx
+        self._init_fn = init_fn
         check_options(collector_class, collector_options)
         self._options_given = dict(collector_options)
         self.options = BatchOptions.validate(
@@ -192,7 +208,8 @@ class MultiCollectorBase(MultiCollectorControl):
     ) -> list[WorkerSpec]:
         """What each worker builds: its env maker, frames and options (per-worker values
         picked, `init_random_frames` shared out), trajectory ids `i, i + W, ...`, and the
-        shared objects (buffer, frame counter, weight channel) that travel as handles."""
+        shared objects (buffer, frame counter, weight channel, interruptor) that travel as
+        handles. A worker given a factory gets no copy of the policy, but its weights."""
         options = dict(collector_options)
         options["init_random_frames"] = -(-(options["init_random_frames"] or 0) // len(frames))
         options["init_random_frames"] = options["init_random_frames"] or None
@@ -203,22 +220,26 @@ class MultiCollectorBase(MultiCollectorControl):
                 for name in PER_WORKER_OPTIONS
                 if name in options
             }
+            factory = factories[index]
             specs.append(
                 WorkerSpec(
                     collector_class=collector_class,
                     create_env_fn=maker,
-                    policy=policy,
-                    policy_factory=factories[index],
+                    policy=policy if factory is None else None,
+                    policy_factory=factory,
                     frames_per_batch=frames[index],
                     total_frames=-1,  # this collector decides when to stop
                     collector_kwargs={**options, **own},
                     trajectory_ids=(index, self.num_workers),
                     scheme=self.scheme,
                     index=index,
+                    weights=self.weights.current if policy is not None and factory else None,
+                    init_fn=self._init_fn,
                     shared={
                         "replay_buffer": replay_buffer,
                         "frames_written": self._frames_written,
                         "weights": self.scheme.channel(index),
+                        "interruptor": self.interruptor,
                     },
                 )
             )

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import numbers
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from rlcollect.collectors.children import per_child_factories
+from rlcollect.collectors.single.setup import refuse_weight_updater
 
 
 def check_worker_arguments(
@@ -16,9 +20,15 @@ def check_worker_arguments(
     num_workers: int,
     worker_timeout: Any,
     num_sub_threads: Any,
+    init_fn: Any = None,
+    weight_updater: Any = None,
 ) -> list[Callable[[], Any] | None]:
     """The arguments of a multi-process collector that concern its workers, checked; returns
-    each worker's policy factory (None where the policy itself is sent)."""
+    each worker's policy factory (None where the policy itself is sent).
+
+    A policy and a policy factory may come together, as in TorchRL: the workers build their
+    policies with the factory, and the policy is where their weights are read from.
+    """
     if worker_timeout is not None and not worker_timeout > 0:
         raise ValueError(
             f"worker_timeout={worker_timeout!r} must be a positive number of seconds, or None."
@@ -27,7 +37,49 @@ def check_worker_arguments(
         raise TypeError(f"num_sub_threads must be an int >= 1; got {num_sub_threads!r}.")
     if num_sub_threads < 1:
         raise ValueError(f"num_sub_threads={num_sub_threads} must be at least 1.")
-    return per_child_factories(policy, policy_factory, num_workers, "worker")
+    if init_fn is not None and not callable(init_fn):
+        raise TypeError(
+            f"init_fn must be a callable taking no argument, run first in every worker; "
+            f"got {init_fn!r}."
+        )
+    refuse_weight_updater(weight_updater)
+    return per_child_factories(policy, policy_factory, num_workers, "worker", allow_both=True)
+
+
+def check_preemptive_threshold(value: Any) -> float | None:
+    """TorchRL's `preemptive_threshold` as a float in [0, 1], or None (never preempt; 1.0
+    preempts nobody either, as in TorchRL)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"preemptive_threshold must be a number between 0.0 and 1.0, or None; got "
+            f"{value!r} ({type(value).__name__})."
+        )
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(
+            f"preemptive_threshold={value!r} must be between 0.0 and 1.0 (the share of "
+            "workers that finish their batch before the others are cut short), or None."
+        )
+    return float(value) if value < 1.0 else None
+
+
+class SharedInterruptor:
+    """TorchRL's `_Interruptor` over shared memory: the parent starts and stops collection,
+    every worker's collector polls `collection_stopped()` after each env step. It travels to
+    the workers as a handle, when they start."""
+
+    def __init__(self) -> None:
+        self._collect = torch.ones((), dtype=torch.bool).share_memory_()
+
+    def start_collection(self) -> None:
+        self._collect.fill_(True)
+
+    def stop_collection(self) -> None:
+        self._collect.fill_(False)
+
+    def collection_stopped(self) -> bool:
+        return not bool(self._collect)
 
 
 def in_worker_process() -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tensordict import TensorDictBase
 
+from rlcollect import keys
 from rlcollect.collectors.children import (
     CAT_RESULTS,
     CatResults,
@@ -14,7 +16,23 @@ from rlcollect.collectors.children import (
     gather_episodes,
 )
 from rlcollect.collectors.multiprocess.base import MultiCollectorBase
+from rlcollect.collectors.multiprocess.pool import WorkerSlot
 from rlcollect.collectors.multiprocess.worker import WorkerCommand
+
+
+def mark_valid_frames(batch: TensorDictBase) -> TensorDictBase:
+    """A stacked batch cut short by preemption gets TorchRL's `("collector", "mask")`: the
+    frames collected (trajectory id not -1)."""
+    batch.set(keys.MASK, batch.get(keys.TRAJ_IDS) != -1)
+    return batch
+
+
+def drop_invalid_steps(batch: TensorDictBase) -> TensorDictBase:
+    """A worker's batch cut short by preemption, without the time steps no sub-env collected
+    (TorchRL drops them when `cat_results` concatenates)."""
+    valid = batch.get(keys.TRAJ_IDS) != -1
+    valid = valid.reshape(-1, valid.shape[-1]).any(0)
+    return batch if bool(valid.all()) else batch[..., valid]
 
 
 class MultiSyncCollector(MultiCollectorBase):
@@ -36,16 +54,29 @@ class MultiSyncCollector(MultiCollectorBase):
         total_frames: frames over the collector's life; -1 collects forever.
         collector_class: what each worker runs: `Collector`, or a multi-process collector (a
             class or `functools.partial`) so that workers run workers of their own.
-        cat_results: "stack" yields `[W, *env_batch, T]` (row i from worker i); 0 or -1
-            concatenate the workers' batches along that dim.
+        cat_results: "stack" (or None, TorchRL's default) yields `[W, *env_batch, T]` (row i
+            from worker i); 0 or -1 concatenate the workers' batches along that dim.
         update_at_each_batch: send the policy's weights to the workers before every batch.
+        preemptive_threshold: TorchRL's, a share of workers in [0, 1] (None, the default, or
+            1.0: never preempt): once `int(W * threshold)` workers have finished their batch,
+            the others end theirs at their next step. Their uncollected frames have
+            `("collector", "traj_ids")` -1; with "stack" a `("collector", "mask")` entry marks
+            the collected frames, with 0 or -1 the time steps no sub-env collected are left
+            out. `frames` counts the collected frames. Not with batches of whole episodes.
+        init_fn: called with no argument first thing in every worker process (TorchRL's,
+            e.g. to start a simulator app), before the env and the policy are built.
+        worker_idx: this collector's own index, when it runs inside another collector.
+        weight_updater: only None (TorchRL's legacy updater is refused; use
+            `weight_sync_schemes`).
         num_threads: torch threads of this process (default `max(1, cores - workers)`).
         num_sub_threads: torch threads of each worker (default 1).
         weight_sync_schemes: `{"policy": scheme}`; `SharedMemWeightSyncScheme` by default.
         weight_recv_schemes: `{"policy": receiver}` polled before every batch; what it
             returns is forwarded to the workers (a collector that is itself a worker).
         policy_factory: builds the policy inside each worker instead of copying `policy` (or a
-            list, one factory per worker, as TorchRL takes).
+            list, one factory per worker, as TorchRL takes). Given with `policy`, as TorchRL
+            allows it, the workers build theirs with the factory and start from `policy`'s
+            weights, which `update_policy_weights_()` reads.
         restart_dead_workers: replace a worker that dies, with the current weights.
         worker_timeout: seconds a worker may take to answer (a batch included); None waits.
         postproc, split_trajs, compact_obs: run here, on the gathered batch.
@@ -72,11 +103,15 @@ class MultiSyncCollector(MultiCollectorBase):
         create_env_fn: Any,
         policy: Any = None,
         *,
-        cat_results: CatResults = "stack",
+        cat_results: CatResults | None = "stack",
         **options: Any,
     ) -> None:
+        if cat_results is None:
+            cat_results = "stack"  # TorchRL's default
         if cat_results not in CAT_RESULTS or isinstance(cat_results, bool):
-            raise ValueError(f"cat_results={cat_results!r} is not supported; use 'stack', 0 or -1.")
+            raise ValueError(
+                f"cat_results={cat_results!r} is not supported; use 'stack' (or None), 0 or -1."
+            )
         frames = options.get("frames_per_batch")
         if cat_results == "stack" and isinstance(frames, list | tuple) and len(set(frames)) > 1:
             raise ValueError(
@@ -85,7 +120,15 @@ class MultiSyncCollector(MultiCollectorBase):
             )
         self.cat_results = cat_results
         self._episode_layout = episode_layout(options)
+        if options.get("preemptive_threshold") is not None and self._episode_layout:
+            raise ValueError(
+                f"preemptive_threshold={options['preemptive_threshold']!r} cannot be used with "
+                "batches of whole episodes (trajs_per_batch, batch_mode='complete_episodes'): "
+                "they have no fixed length to cut short. Drop one of the two."
+            )
         super().__init__(create_env_fn, policy, **options)
+        if self.interruptor is not None:
+            self._preempted = mark_valid_frames if cat_results == "stack" else drop_invalid_steps
 
     def next(self) -> TensorDictBase | None:
         """Collect one batch from every worker and return them gathered (None when the
@@ -100,17 +143,47 @@ class MultiSyncCollector(MultiCollectorBase):
         if self.update_at_each_batch and self.weights.readable:
             self.update_policy_weights_()
         slots = self.pool.slots
-        self.pool.request(slots, WorkerCommand.COLLECT)
+        self._collect_round(slots)
         self.iterations += 1
         for slot in slots:
             slot.has_batch = False
         if self.options.replay_buffer is not None:
             self._buffer_frames += sum(slot.last_frames for slot in slots)
             return None  # the workers wrote the batch, and counted it
-        self._frames += sum(slot.last_frames for slot in slots)
         batches = [slot.batch_with_extras() for slot in slots]
+        if self.interruptor is None:
+            self._frames += sum(slot.last_frames for slot in slots)
+        else:
+            batches = [self._preempted(batch.copy()) for batch in batches]
+            self._frames += sum(_collected_frames(batch) for batch in batches)
         if self._episode_layout is None:
             batch = gather_batches(batches, self.cat_results)
         else:
             batch = gather_episodes(batches, self._episode_layout)
         return self._finish(batch)
+
+    def _collect_round(self, slots: Sequence[WorkerSlot]) -> None:
+        """One batch from every worker. With `preemptive_threshold`, once that share of them
+        has answered, the others are told to end their batch at their next step."""
+        interruptor = self.interruptor
+        if interruptor is None:
+            self.pool.request(slots, WorkerCommand.COLLECT)
+            return
+        self.pool.check_open()
+        interruptor.start_collection()  # before any worker starts: none is cut at once
+        deadline = self.pool.deadline()
+        for slot in slots:
+            slot.launch(deadline, self.pool.worker_timeout)
+        threshold = 1.0 if self.preemptive_threshold is None else self.preemptive_threshold
+        finish_first = int(len(slots) * threshold)  # 0.0: every worker is cut at once
+        waiting = list(slots)
+        while waiting:
+            if len(slots) - len(waiting) >= finish_first:
+                interruptor.stop_collection()
+            waiting.remove(self.pool.await_first_batch(waiting))
+
+
+def _collected_frames(batch: TensorDictBase) -> int:
+    """Frames of a preempted batch that were collected (as TorchRL counts them)."""
+    mask = batch.get(keys.MASK, None)
+    return batch.numel() if mask is None else int(mask.sum())

@@ -80,12 +80,21 @@ class WorkerSpec:
     scheme: Any = None
     version: int = 0
     weights: dict[str, Any] | None = None
+    init_fn: Callable[[], None] | None = None  # TorchRL's: run first in the worker process
     shared: dict[str, Any] = field(default_factory=dict)
 
     def build(self) -> Any:
-        """The collector, with its trajectory ids and the current weights."""
+        """The collector, with its trajectory ids and the current weights (after `init_fn`).
+        A single-process collector learns its index (`worker_idx`) and polls the parent's
+        interruptor, when there is one (`preemptive_threshold`)."""
+        if self.init_fn is not None:
+            self.init_fn()
         policy = self.policy_factory() if self.policy_factory is not None else self.policy
         kwargs = dict(self.collector_kwargs)
+        if _is_single_collector(self.collector_class):
+            kwargs["worker_idx"] = self.index
+            if self.shared.get("interruptor") is not None:
+                kwargs["interruptor"] = self.shared["interruptor"]
         if self.shared.get("replay_buffer") is not None:
             kwargs["replay_buffer"] = CountingBuffer(
                 self.shared["replay_buffer"], self.shared["frames_written"], self.index

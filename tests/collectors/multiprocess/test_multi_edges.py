@@ -193,8 +193,8 @@ def test_bad_construction_arguments_are_named() -> None:
         )
     with pytest.raises(ValueError, match=r"num_sub_threads=0 must be at least 1"):
         MultiSyncCollector(counting_env, num_workers=1, frames_per_batch=10, num_sub_threads=0)
-    with pytest.raises(TypeError, match=r"cat_results is MultiSyncCollector's"):
-        MultiAsyncCollector(counting_env, num_workers=1, frames_per_batch=10, cat_results=0)
+    with pytest.raises(ValueError, match=r"cat_results='cat' is not supported; use 'stack'"):
+        MultiAsyncCollector(counting_env, num_workers=1, frames_per_batch=10, cat_results="cat")
 
 
 def test_a_worker_dying_in_the_background_is_reported_to_a_loop_waiting_on_frames() -> None:

@@ -1,0 +1,250 @@
+"""TorchRL's constructor arguments of the multi-process collectors: preemptive_threshold,
+init_fn, worker_idx, policy with policy_factory, MultiAsync's cat_results, weight_updater,
+options passed on to the workers' collectors, and float done flags in a worker."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+
+from rlcollect import keys
+from rlcollect.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
+from rlcollect.testing import CountingEnv
+from tests.collectors.policies import BiasPolicy
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+]
+PENDULUM = "Pendulum-v1"
+
+
+def counting_env() -> CountingEnv:
+    return CountingEnv(episode_length=4)
+
+
+class SlowCountingEnv(CountingEnv):
+    """A counting env whose steps take 50 ms: the worker that runs it finishes last."""
+
+    def step_into(self, t: int) -> None:
+        time.sleep(0.05)
+        super().step_into(t)
+
+
+def slow_counting_env() -> CountingEnv:
+    return SlowCountingEnv(episode_length=4)
+
+
+def bias_module(bias: float) -> TensorDictModule:
+    return TensorDictModule(BiasPolicy(bias), in_keys=["observation"], out_keys=["action"])
+
+
+# --- preemptive_threshold -------------------------------------------------------------------------
+
+
+def test_preemption_cuts_the_slow_workers_batch_and_masks_it() -> None:
+    with MultiSyncCollector(
+        [counting_env, slow_counting_env],
+        frames_per_batch=200,
+        total_frames=400,
+        preemptive_threshold=0.5,
+    ) as collector:
+        first = collector.next()
+        frames_after_one = collector.frames
+        second = collector.next()
+    for batch in (first, second):
+        mask = batch[keys.MASK]
+        assert batch.batch_size == (2, 100)
+        assert bool(mask[0].all())  # the fast worker finished its batch
+        assert 0 < int(mask[1].sum()) < 100  # the slow one was cut short after a step or more
+        assert torch.equal(mask, batch[keys.TRAJ_IDS] != -1)
+        collected = int(mask[1].sum())
+        assert bool(mask[1, :collected].all())
+    assert frames_after_one == int(first[keys.MASK].sum())
+    # The cut worker went on from where it stopped: its counts continue.
+    last = first["next", "observation"][1, int(first[keys.MASK][1].sum()) - 1, 0]
+    assert second["observation"][1, 0, 0] == (0.0 if last == 4 else last)
+
+
+def test_preemption_with_cat_results_drops_the_steps_not_collected() -> None:
+    with MultiSyncCollector(
+        [counting_env, slow_counting_env],
+        frames_per_batch=200,
+        total_frames=200,
+        preemptive_threshold=0.5,
+        cat_results=-1,
+    ) as collector:
+        batch = collector.next()
+        frames = collector.frames
+    assert 100 < batch.numel() < 200
+    assert keys.MASK not in batch.keys(include_nested=True)
+    assert bool((batch[keys.TRAJ_IDS] != -1).all())
+    assert frames == batch.numel()
+
+
+@pytest.mark.parametrize("threshold", [None, 1.0])
+def test_no_preemption_by_default_or_at_one(threshold: float | None) -> None:
+    with MultiSyncCollector(
+        [counting_env, slow_counting_env],
+        frames_per_batch=20,
+        total_frames=20,
+        preemptive_threshold=threshold,
+    ) as collector:
+        batch = collector.next()
+        assert collector.interruptor is None
+    assert keys.MASK not in batch.keys(include_nested=True)
+    assert bool((batch[keys.TRAJ_IDS] >= 0).all())
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        (1.5, ValueError, r"preemptive_threshold=1.5 must be between 0.0 and 1.0"),
+        ("half", TypeError, r"preemptive_threshold must be a number .* got 'half'"),
+    ],
+)
+def test_bad_preemptive_thresholds_are_refused(value: object, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        MultiSyncCollector(
+            counting_env, num_workers=1, frames_per_batch=8, preemptive_threshold=value
+        )
+
+
+def test_preemption_with_whole_episodes_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"preemptive_threshold=0.5 cannot be used with batches"):
+        MultiSyncCollector(
+            counting_env,
+            num_workers=2,
+            frames_per_batch=8,
+            preemptive_threshold=0.5,
+            trajs_per_batch=2,
+        )
+
+
+# --- init_fn, worker_idx --------------------------------------------------------------------------
+
+
+def write_pid(folder: Path) -> None:
+    (folder / str(os.getpid())).write_text("")
+
+
+class IndexedCollector(Collector):
+    """Writes the `worker_idx` its parent gave it into every batch."""
+
+    def next(self) -> TensorDictBase | None:
+        batch = super().next()
+        assert batch is not None
+        batch.set("worker_index", torch.full(batch.batch_size, self.worker_idx))
+        return batch
+
+
+def test_init_fn_runs_in_every_worker_and_workers_know_their_index(tmp_path: Path) -> None:
+    with MultiSyncCollector(
+        counting_env,
+        num_workers=2,
+        frames_per_batch=8,
+        total_frames=8,
+        init_fn=functools.partial(write_pid, tmp_path),
+        collector_class=IndexedCollector,
+        worker_idx=5,
+    ) as collector:
+        batch = collector.next()
+        pids = collector.pool.pids
+        assert collector.worker_idx == 5
+    assert sorted(int(name.name) for name in tmp_path.iterdir()) == sorted(pids)
+    assert batch["worker_index"][:, 0].tolist() == [0, 1]
+
+
+def test_a_bad_init_fn_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"init_fn must be a callable taking no argument"):
+        MultiSyncCollector(counting_env, num_workers=1, frames_per_batch=8, init_fn=3)
+
+
+# --- policy with policy_factory, weight_updater, cat_results --------------------------------------
+
+
+def test_policy_with_a_factory_workers_build_theirs_and_start_from_the_policys_weights() -> None:
+    policy = bias_module(0.75)
+    with MultiSyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        policy_factory=functools.partial(bias_module, -0.25),
+    ) as collector:
+        first = collector.next()
+        with torch.no_grad():
+            policy.module.bias.fill_(0.5)
+        collector.update_policy_weights_()
+        second = collector.next()
+    assert torch.all(first["action"] == 0.75)
+    assert torch.all(second["action"] == 0.5)
+
+
+def test_weight_updater_is_refused_naming_weight_sync_schemes() -> None:
+    with pytest.raises(ValueError, match=r"weight_updater=.* not supported.*weight_sync_schemes"):
+        MultiSyncCollector(
+            counting_env, num_workers=1, frames_per_batch=8, weight_updater=lambda: None
+        )
+
+
+@pytest.mark.parametrize("cat_results", [None, "stack", 0, -1])
+def test_async_accepts_cat_results_as_torchrl_does(cat_results: object) -> None:
+    with MultiAsyncCollector(
+        counting_env,
+        num_workers=2,
+        frames_per_batch=8,
+        total_frames=16,
+        cat_results=cat_results,
+        preemptive_threshold=0.5,
+    ) as collector:
+        batches = list(collector)
+    assert [batch.batch_size for batch in batches] == [torch.Size([8])] * 2
+
+
+def test_sync_cat_results_none_is_stack() -> None:
+    with MultiSyncCollector(
+        counting_env, num_workers=2, frames_per_batch=8, total_frames=8, cat_results=None
+    ) as collector:
+        assert collector.next().batch_size == (2, 4)
+
+
+# --- options the workers' collectors take ---------------------------------------------------------
+
+
+def test_workers_compile_the_policy_and_accept_torchrls_other_options() -> None:
+    with MultiSyncCollector(
+        PENDULUM,
+        bias_module(0.5),
+        num_workers=2,
+        frames_per_batch=20,
+        total_frames=20,
+        compile_policy={"backend": "eager"},
+        no_cuda_sync=True,
+        use_buffers=False,
+        local_init_rb=True,
+        num_threads=1,
+        num_sub_threads=1,
+        update_at_each_batch=True,
+    ) as collector:
+        batch = collector.next()
+    assert torch.all(batch["action"] == 0.5)
+
+
+def test_float_done_flags_in_a_worker() -> None:
+    from tests.collectors.single.test_torchrl_arguments import FloatDoneEnv
+
+    with MultiSyncCollector(
+        FloatDoneEnv, num_workers=2, frames_per_batch=16, total_frames=16
+    ) as collector:
+        batch = collector.next()
+    assert batch["next", "done"].dtype == torch.float32
+    assert batch["next", "observation"][0, :, 0].tolist() == [1, 2, 3, 1, 2, 3, 1, 2]
+    assert batch[keys.TRAJ_IDS][0].tolist() == [0, 0, 0, 2, 2, 2, 4, 4]
