@@ -7,8 +7,10 @@ from rlcollect.batch.compact import compact_batch, transition_view
 from rlcollect.batch.episodes import Episode, EpisodeJoiner
 from rlcollect.batch.multi_agent_episode import MultiAgentEpisode
 from rlcollect.collectors import (
+    AsyncCollector,
     Collector,
     MultiAsyncCollector,
+    MultiCollector,
     MultiSyncCollector,
     PolicyMap,
     RayCollector,
@@ -50,6 +52,7 @@ from rlcollect.transforms import (
 
 __all__ = [
     "GAE",
+    "AsyncCollector",
     "CatFrames",
     "Collector",
     "Compose",
@@ -65,6 +68,7 @@ __all__ = [
     "ListStorage",
     "MultiAgentEpisode",
     "MultiAsyncCollector",
+    "MultiCollector",
     "MultiStep",
     "MultiSyncCollector",
     "ObservationNorm",

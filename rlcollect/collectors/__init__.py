@@ -1,9 +1,14 @@
 """Collectors: step envs with a policy and hand batches to training.
 
+`Collector` is also TorchRL's front door: `Collector(..., num_collectors=N)` (or `backend=
+"process" | "ray"`) returns a multi-process or Ray collector; both rooms register their
+backend when imported here.
+
 The Ray classes import Ray only when built, so this package imports without the ray extra.
 """
 
 from rlcollect.collectors.multiprocess.async_collector import MultiAsyncCollector
+from rlcollect.collectors.multiprocess.front_door import AsyncCollector, MultiCollector
 from rlcollect.collectors.multiprocess.sync_collector import MultiSyncCollector
 from rlcollect.collectors.policy.policy_map import PolicyMap
 from rlcollect.collectors.ray.collector import RayCollector
@@ -21,8 +26,10 @@ from rlcollect.collectors.weights.schemes import (
 __all__ = [
     "ActorError",
     "ActorTimeoutError",
+    "AsyncCollector",
     "Collector",
     "MultiAsyncCollector",
+    "MultiCollector",
     "MultiProcessWeightSyncScheme",
     "MultiSyncCollector",
     "NoWeightSyncScheme",

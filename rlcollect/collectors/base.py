@@ -22,11 +22,13 @@ The worker protocol (`multiprocess/worker.py`'s commands) and the Ray actor's me
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tensordict import TensorDictBase
 
+from rlcollect.collectors.attribute_path import resolve_attribute_path
 from rlcollect.collectors.sampling.episode_sampler import (
     EpisodeSampler,
     SampledEpisode,
@@ -34,25 +36,49 @@ from rlcollect.collectors.sampling.episode_sampler import (
 )
 from rlcollect.errors import MisuseError
 
+POLICY_MODEL_ID = "policy"
 
-def one_weights_source(policy_or_weights: Any, weights: Any, policy: Any) -> Any:
-    """The one of TorchRL's three ways of passing weights that was used (None: none was).
+
+def one_weights_source(
+    policy_or_weights: Any,
+    weights: Any,
+    policy: Any,
+    weights_dict: Mapping[str, Any] | None = None,
+    model_id: str | None = None,
+    method: str = "update_policy_weights_",
+) -> Any:
+    """The one of TorchRL's ways of passing weights that was used (None: none was):
+    positionally, `weights=`, `policy=`, or `weights_dict={model_id: weights}`; `model_id`
+    names the model they are for. Only the policy (`"policy"`) is synced today.
 
     Raises:
-        ValueError: more than one was given, naming them.
+        ValueError: more than one was given, naming them; a model id other than "policy".
     """
+    for model in [model_id, *(weights_dict or {})]:
+        if model not in (None, POLICY_MODEL_ID):
+            raise ValueError(
+                f"{method} got model id {model!r}; rlcollect collectors sync one model, "
+                f"{POLICY_MODEL_ID!r}. Put other networks' weights in the policy, or update "
+                "them in place yourself."
+            )
+    if weights_dict is not None and not isinstance(weights_dict, Mapping):
+        raise TypeError(
+            f"weights_dict must map model ids to weights, e.g. {{'policy': weights}}; got "
+            f"{type(weights_dict).__name__}."
+        )
     given = {
         name: value
         for name, value in (
             ("policy_or_weights", policy_or_weights),
             ("weights", weights),
             ("policy", policy),
+            ("weights_dict", (weights_dict or {}).get(POLICY_MODEL_ID)),
         )
         if value is not None
     }
     if len(given) > 1:
         raise ValueError(
-            f"update_policy_weights_ takes one of policy_or_weights, weights and policy; "
+            f"{method} takes one of policy_or_weights, weights, policy and weights_dict; "
             f"got {sorted(given)}."
         )
     return next(iter(given.values()), None)
@@ -66,6 +92,7 @@ class CollectorBase:
     total_frames: int
     frames_per_batch: int
     options: Any  # the validated batch options (collectors/options.py's BatchOptions)
+    policy_version: int  # updates of the policy weights (or `increment_version()` calls)
 
     # --- weights ----------------------------------------------------------------------------------
 
@@ -78,12 +105,15 @@ class CollectorBase:
         worker_ids: int | Sequence[int] | None = None,
         timeout: float | None = None,
         policy_id: str | None = None,
+        model_id: str | None = None,
+        weights_dict: Mapping[str, Any] | None = None,
     ) -> None:
         """Load new policy weights where the policy runs, and wait until they are in use.
 
         Weights come as a module, a state dict or a TensorDict of parameters, positionally
-        or as `weights=` / `policy=` (one of the three, as in TorchRL). With none, they are
-        read again from the policy this collector was given, so that
+        or as `weights=` / `policy=` / `weights_dict={"policy": weights}` (one of them, as
+        in TorchRL; `model_id`, when given, must be `"policy"`: the one model synced). With
+        none, they are read again from the policy this collector was given, so that
         `update_policy_weights_()` after an optimiser step on it is enough. With
         `policies=`, `policy_id` addresses one policy: the weights are its own, and the other
         policies keep theirs.
@@ -96,12 +126,12 @@ class CollectorBase:
         them in place (it has no children: `worker_ids` and `timeout` are unused).
 
         Raises:
-            ValueError: more than one source, a missing or extra key, or a tensor of the
-                wrong shape or dtype.
+            ValueError: more than one source, a model id other than "policy", a missing or
+                extra key, or a tensor of the wrong shape or dtype.
             WorkerError / ActorError: a child did not acknowledge within `timeout` seconds
                 (the error names its path, e.g. `worker 1 -> worker 0`) or failed.
         """
-        source = one_weights_source(policy_or_weights, weights, policy)
+        source = one_weights_source(policy_or_weights, weights, policy, weights_dict, model_id)
         self._update_weights(source, policy_id, worker_ids, timeout)
 
     def _update_weights(
@@ -120,18 +150,152 @@ class CollectorBase:
         once every child below has acknowledged (what a parent's update calls in a child)."""
         raise NotImplementedError
 
+    def receive_weights(
+        self, policy_or_weights: Any = None, *, weights: Any = None, policy: Any = None
+    ) -> None:
+        """TorchRL's `receive_weights`: apply weights to this collector's policy.
+
+        With no argument, the weights the receive schemes hold (`weight_recv_schemes`,
+        `register_scheme_receiver`) are applied; without schemes, the weights of the policy
+        this collector was given are read again (as `update_policy_weights_()`). Given
+        weights (a module, a TensorDict or a dict, positionally or as `weights=` /
+        `policy=`) are applied as `update_policy_weights_` applies them.
+
+        Raises:
+            ValueError: more than one source, or weights given while receive schemes are
+                registered (they are the source then).
+        """
+        source = one_weights_source(policy_or_weights, weights, policy, method="receive_weights")
+        schemes = self.options.weight_recv_schemes
+        if source is not None and schemes:
+            raise ValueError(
+                f"receive_weights got weights, but this collector receives them from its "
+                f"schemes {sorted(schemes)}; call receive_weights() with no argument."
+            )
+        if source is None and schemes:
+            self._receive_from_schemes()
+        else:
+            self._update_weights(source, None, None, None)
+
+    def _receive_from_schemes(self) -> None:
+        """Apply what every receive scheme holds (before every batch, and on request)."""
+        for scheme in self.options.weight_recv_schemes.values():
+            received = scheme.receive()
+            if received is not None:
+                self._update_weights(received, None, None, None)
+
+    def register_scheme_receiver(
+        self, weight_recv_schemes: Mapping[str, Any], *, synchronize_weights: bool = True
+    ) -> None:
+        """Add receive schemes (`{"policy": scheme}`, each with a `receive()` that returns
+        weights or None), polled before every batch as `weight_recv_schemes=` ones are; with
+        `synchronize_weights`, what they hold is applied now.
+
+        Raises:
+            ValueError: a model id other than "policy".
+            TypeError: a scheme without `receive()`.
+        """
+        for model_id, scheme in dict(weight_recv_schemes).items():
+            one_weights_source(None, None, None, model_id=model_id, method="weight_recv_schemes")
+            if not callable(getattr(scheme, "receive", None)):
+                raise TypeError(
+                    f"weight_recv_schemes[{model_id!r}] must have a receive() method returning "
+                    f"weights or None; got {type(scheme).__name__}."
+                )
+        self.options.weight_recv_schemes = {
+            **self.options.weight_recv_schemes,
+            **weight_recv_schemes,
+        }
+        if synchronize_weights:
+            self._receive_from_schemes()
+
+    def init_updater(self, *args: Any, **kwargs: Any) -> None:
+        """TorchRL's `init_updater`: initialise the legacy weight updater. rlcollect has none
+        (weights travel by `update_policy_weights_` and schemes), and TorchRL does nothing
+        when none is set: a no-op."""
+
+    def get_policy_version(self) -> int:
+        """`policy_version`, as a method (TorchRL's, for remote calls)."""
+        return self.policy_version
+
+    def increment_version(self) -> None:
+        """Count one more policy version without sending weights (TorchRL's): the next
+        update goes on from it. A collector with children counts it here only; the frames
+        its children collect report the version of the weights they hold, as in TorchRL."""
+        self.policy_version += 1
+
+    # --- models and attributes (TorchRL's remote-friendly accessors) ----------------------------
+
+    def get_model(self, model_id: str) -> Any:
+        """The model `model_id` names: `"policy"` is the policy this collector syncs (None
+        with random actions is refused); any other id is an attribute path on this
+        collector (e.g. `"env.transform[0]"`), as in TorchRL.
+
+        Raises:
+            ValueError: `"policy"` on a collector of random actions.
+            AttributeError / KeyError / IndexError: a path that leads nowhere.
+        """
+        if model_id != POLICY_MODEL_ID:
+            return resolve_attribute_path(self, model_id)
+        model = self._policy_model()
+        if model is None:
+            raise ValueError(
+                "get_model('policy'): this collector runs random actions (policy=None) or "
+                "builds its policy in its children (policy_factory); it holds no policy here."
+            )
+        return model
+
+    def _policy_model(self) -> Any:
+        """The policy module this collector holds (None: none here)."""
+        raise NotImplementedError
+
+    def getattr_policy(self, attr: str) -> Any:
+        """An attribute of the policy (`get_model("policy")`)."""
+        return getattr(self.get_model(POLICY_MODEL_ID), attr)
+
+    def getattr_rb(self, attr: str) -> Any:
+        """An attribute of the replay buffer this collector fills.
+
+        Raises:
+            AttributeError: no replay buffer, or it has no `attr`.
+        """
+        buffer = self.options.replay_buffer
+        if buffer is None:
+            raise AttributeError(
+                f"getattr_rb({attr!r}): this collector has no replay_buffer; build it with "
+                "replay_buffer=... ."
+            )
+        return getattr(buffer, attr)
+
+    def cascade_execute(self, attr_path: str, *args: Any, **kwargs: Any) -> Any:
+        """Call what `attr_path` names on this collector (e.g.
+        `"_receiver_schemes['policy'].receive"`), or return it when it is not callable.
+
+        Raises:
+            ValueError: arguments for something that is not callable, or a malformed path.
+        """
+        target = resolve_attribute_path(self, attr_path)
+        if callable(target):
+            return target(*args, **kwargs)
+        if args or kwargs:
+            raise ValueError(
+                f"cascade_execute: {attr_path!r} is not callable, so it takes no arguments; "
+                f"got {len(args)} positional and {sorted(kwargs)} keyword ones."
+            )
+        return target
+
     # --- state, seeds, statistics ---------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
-    def set_seed(self, seed: int) -> int:
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
         raise NotImplementedError
 
-    def reset(self) -> None:
+    def reset(self, index: Any = None) -> None:
         raise NotImplementedError
 
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
@@ -145,7 +309,38 @@ class CollectorBase:
     def next(self) -> TensorDictBase | None:
         raise NotImplementedError
 
-    def shutdown(self, close_env: bool = True) -> None:
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """`iter(collector)`, as a method (TorchRL's)."""
+        return iter(self)
+
+    def rollout(self) -> TensorDictBase | None:
+        """Collect one batch and return it: `next()` under TorchRL's name (it counts towards
+        `total_frames`; None when filling a replay buffer)."""
+        return self.next()
+
+    def shutdown(
+        self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True
+    ) -> None:
+        """Stop collecting and release what the collector holds (env, workers, actors);
+        idempotent.
+
+        Args:
+            timeout: seconds to wait for background collection to stop (None: the
+                collector's own bound).
+            close_env: close the env(s) too.
+            raise_on_error: raise what went wrong while shutting down; False turns it into
+                a warning, as TorchRL's.
+        """
+        try:
+            self._shut_down(timeout, close_env)
+        except Exception as err:
+            if raise_on_error:
+                raise
+            warnings.warn(
+                f"{type(self).__name__}.shutdown failed: {err!r}", RuntimeWarning, stacklevel=2
+            )
+
+    def _shut_down(self, timeout: float | None, close_env: bool) -> None:
         raise NotImplementedError
 
     @property

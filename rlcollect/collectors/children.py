@@ -81,8 +81,11 @@ def per_child_factories(
 
 
 def accepted_options(collector_class: Any) -> set[str] | None:
-    """The keyword arguments `collector_class` takes (None: it takes any)."""
+    """The keyword arguments `collector_class` takes (None: it takes any); a class's are its
+    `__init__`'s (`Collector.__new__` takes any: it is the front door)."""
     target = getattr(collector_class, "func", collector_class)
+    if isinstance(target, type):
+        target = target.__init__  # type: ignore[misc]
     try:
         parameters = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):
@@ -175,6 +178,37 @@ def gather_episodes(batches: Sequence[TensorDictBase], layout: str) -> TensorDic
     return gathered
 
 
+def chosen_children(index: Any, count: int, child: str) -> list[int]:
+    """The children `reset(index)` names: all (None), one index, a list of indices, or
+    TorchRL's mask (one bool per child).
+
+    Raises:
+        ValueError: an index out of range, or a mask of another length.
+        TypeError: anything else.
+    """
+    if index is None:
+        return list(range(count))
+    if isinstance(index, numbers.Integral) and not isinstance(index, bool):
+        chosen = [int(index)]
+    elif is_sequence(index) and all(isinstance(flag, bool) for flag in index) and index:
+        if len(index) != count:
+            raise ValueError(
+                f"reset got a mask of {len(index)} flags; this collector has {count} {child}s."
+            )
+        return [position for position, flag in enumerate(index) if flag]
+    elif is_sequence(index) and all(isinstance(i, numbers.Integral) for i in index):
+        chosen = [int(i) for i in index]
+    else:
+        raise TypeError(
+            f"reset(index={index!r}): give a {child} index, a list of them, or one bool per "
+            f"{child}."
+        )
+    bad = [i for i in chosen if not 0 <= i < count]
+    if bad:
+        raise ValueError(f"reset names {child}s {bad}; this collector has {child}s 0..{count - 1}.")
+    return chosen
+
+
 def children_states(state: Mapping[str, Any], key: str, count: int) -> list[Any]:
     """The children's own states in a parent's `state_dict()` (under `key`), checked against
     what this parent is: its counters present, one state per child.
@@ -216,10 +250,7 @@ class CollectorWithChildren(CollectorBase):
         self._check_idle("next()")
         if self._start_time is None:
             self._start_time = time.perf_counter()
-        for scheme in self.options.weight_recv_schemes.values():
-            weights = scheme.receive()
-            if weights is not None:
-                self.update_policy_weights_(weights)
+        self._receive_from_schemes()
 
     def collect(self, num_steps: int, rollout: TensorDictBase) -> TensorDictBase:
         """Refused: see `collect_rollout`.

@@ -125,7 +125,3 @@ class MultiAsyncCollector(MultiCollectorBase):
             torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device),
         )
         return batch
-
-    def shutdown(self, close_env: bool = True) -> None:
-        """Stop every worker, abandoning the batches in flight; bounded in time, idempotent."""
-        super().shutdown(close_env)

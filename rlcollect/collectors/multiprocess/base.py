@@ -396,8 +396,9 @@ class MultiCollectorBase(MultiCollectorControl):
             options.get("batch_mode") == "complete_episodes"
         )
 
-    def shutdown(self, close_env: bool = True) -> None:
-        """Stop every worker and release the shared memory; bounded in time, idempotent."""
+    def _shut_down(self, timeout: float | None, close_env: bool) -> None:
+        """Stop every worker, abandoning the batches in flight, and release the shared
+        memory; bounded in time (the pool's own bound), idempotent."""
         self.pool.close()
         self.scheme.close()
 

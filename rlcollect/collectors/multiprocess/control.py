@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.children import (
     CollectorWithChildren,
     check_seed,
     children_states,
+    chosen_children,
     episode_statistics,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
@@ -54,17 +56,19 @@ class MultiCollectorControl(CollectorWithChildren):
                 "call it inside `with collector.pause():` or after async_shutdown()."
             )
 
-    def set_seed(self, seed: int) -> int:
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed the workers in a chain (worker i + 1 gets what worker i returns), so every
         worker is seeded apart and the same seed gives the same batches; returns the next
-        seed. Each worker's next batch starts from a reset."""
+        seed. With `static_seed` (TorchRL's), every worker gets `seed` (the sub-envs of a
+        worker's batched env still get `seed + i`) and `seed` is returned. Each worker's next
+        batch starts from a reset."""
         self._check_idle("set_seed()")
-        seed = check_seed(seed)
+        seed = first = check_seed(seed)
         for slot in self.pool.slots:
-            slot.seed = seed
-            (reply,) = self.pool.request([slot], WorkerCommand.SEED, seed)
+            slot.seed = first if static_seed else seed
+            (reply,) = self.pool.request([slot], WorkerCommand.SEED, slot.seed)
             seed = SEED_REPLY.unpack(reply)[0]
-        return seed
+        return first if static_seed else seed
 
     def enable_profile(self, *, workers: Sequence[int] | None = None, **options: Any) -> None:
         """Profile the next batches of `workers` (default `[0]`) in their own processes, as
@@ -93,10 +97,38 @@ class MultiCollectorControl(CollectorWithChildren):
         if self.pool.is_open:
             self.pool.request(self.pool.slots, WorkerCommand.PROFILE)
 
-    def reset(self) -> None:
-        """Every worker starts new trajectories at its next batch."""
+    def reset(self, index: Any = None) -> None:
+        """Every worker (or those `index` names: one index, a list, or TorchRL's one bool
+        per worker) starts new trajectories at its next batch."""
         self._check_idle("reset()")
-        self.pool.request(self.pool.slots, WorkerCommand.RESET)
+        chosen = chosen_children(index, self.num_workers, "worker")
+        self.pool.request([self.pool.slots[i] for i in chosen], WorkerCommand.RESET)
+
+    def frames_per_batch_worker(self, *, worker_idx: int | None = None) -> int:
+        """Frames a worker collects per batch (worker 0's when `worker_idx` is None), as
+        TorchRL's.
+
+        Raises:
+            ValueError: no worker has that index.
+        """
+        index = worker_idx or 0
+        if not 0 <= index < len(self.pool.slots):
+            raise ValueError(
+                f"frames_per_batch_worker(worker_idx={worker_idx}): this collector has workers "
+                f"0..{len(self.pool.slots) - 1}."
+            )
+        return self.pool.slots[index].frames_per_batch
+
+    def get_cached_weights(self, model_id: str) -> TensorDictBase | None:
+        """The weights the workers hold (what the last update sent), as a TensorDict; None
+        for a model other than "policy" or a collector without weights (TorchRL's)."""
+        held = self.weights.current
+        if model_id != "policy" or not held:
+            return None
+        return TensorDict(dict(held), batch_size=[]).unflatten_keys(".")
+
+    def _policy_model(self) -> Any:
+        return self.weights.policy
 
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
         """Draw trajectory ids from `offset + k * stride`, shared out among the workers."""
@@ -120,9 +152,10 @@ class MultiCollectorControl(CollectorWithChildren):
             "workers": [pickle.loads(reply) for reply in replies],
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`, worker by worker."""
         self._check_idle("load_state_dict()")
+        state = state_dict
         workers = children_states(state, "workers", self.num_workers)
         for slot, worker_state in zip(self.pool.slots, workers, strict=True):
             self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))

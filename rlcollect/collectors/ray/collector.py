@@ -33,6 +33,7 @@ from rlcollect.collectors.ray.options import (
 )
 from rlcollect.collectors.ray.weights import ActorWeights
 from rlcollect.collectors.single.collector import Collector
+from rlcollect.collectors.single.front_door import register_backend
 from rlcollect.collectors.weights.sender import (
     UPDATE_TIMEOUT,
     check_update_timeout,
@@ -382,7 +383,7 @@ class RayCollector(RayCollectorControl):
         if close_env:
             self.shutdown()
 
-    def shutdown(self, close_env: bool = True) -> None:
+    def _shut_down(self, timeout: float | None, close_env: bool) -> None:
         """End every actor (its collector first, bounded in time) and, when this collector
         started Ray and nothing else of rlcollect uses it, Ray too; idempotent."""
         fleet = getattr(self, "fleet", None)
@@ -398,3 +399,13 @@ class RayCollector(RayCollectorControl):
             f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
             f"frames={self._frames})"
         )
+
+
+def _ray_backend(
+    args: tuple[Any, ...], kwargs: dict[str, Any], num_collectors: int, sync: bool
+) -> RayCollector:
+    """`Collector(..., backend="ray")`: one actor per env maker, as TorchRL's front door."""
+    return RayCollector(*args, num_collectors=num_collectors, sync=sync, **kwargs)
+
+
+register_backend("ray", _ray_backend)

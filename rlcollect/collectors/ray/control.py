@@ -15,6 +15,7 @@ from rlcollect.collectors.children import (
     CollectorWithChildren,
     check_seed,
     children_states,
+    chosen_children,
     episode_statistics,
 )
 from rlcollect.collectors.ray.background import BackgroundWriting
@@ -51,22 +52,28 @@ class RayCollectorControl(CollectorWithChildren):
 
     # --- state and control ----------------------------------------------------------------------
 
-    def set_seed(self, seed: int) -> int:
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seed the actors in a chain (actor i + 1 gets what actor i returns), so every actor is
-        seeded apart and the same seed gives the same batches; returns the next seed."""
+        seeded apart and the same seed gives the same batches; returns the next seed. With
+        `static_seed` (TorchRL's), every actor gets `seed`, which is returned."""
         self._check_open()
         self._check_idle("set_seed()")
-        seed = check_seed(seed)
+        seed = first = check_seed(seed)
         for slot in self.fleet.slots:
-            self._seeds[slot.index] = seed
-            (seed,) = self.fleet.call([slot], "set_seed", seed, fatal=False)
-        return seed
+            own = self._seeds[slot.index] = first if static_seed else seed
+            (seed,) = self.fleet.call([slot], "set_seed", own, fatal=False)
+        return first if static_seed else seed
 
-    def reset(self) -> None:
-        """Every actor starts new trajectories at its next batch."""
+    def reset(self, index: Any = None) -> None:
+        """Every actor (or those `index` names: one index, a list, or TorchRL's one bool per
+        actor) starts new trajectories at its next batch."""
         self._check_open()
         self._check_idle("reset()")
-        self.fleet.call(self.fleet.slots, "reset", fatal=False)
+        chosen = chosen_children(index, self.num_collectors, "actor")
+        self.fleet.call([self.fleet.slots[i] for i in chosen], "reset", fatal=False)
+
+    def _policy_model(self) -> Any:
+        return self.weights.sent.policy
 
     def state_dict(self) -> dict[str, Any]:
         """Counters, the policy version and every actor's collector state (after
@@ -82,11 +89,12 @@ class RayCollectorControl(CollectorWithChildren):
             "collectors": states,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`, actor by actor (a later restart starts from the weights
         of the last `update_policy_weights_`)."""
         self._check_open()
         self._check_idle("load_state_dict()")
+        state = state_dict
         states = children_states(state, "collectors", self.num_collectors)
         calls = [
             self.fleet.submit(slot, "load_state_dict", own, fatal=False)

@@ -36,6 +36,7 @@ from rlcollect.collectors.sampling.view_requirements import ViewRequirement
 from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.control import CollectorControl
+from rlcollect.collectors.single.front_door import build_elsewhere, one_env_maker
 from rlcollect.collectors.single.profiling import RolloutProfiler
 from rlcollect.collectors.single.rollout_storage import RolloutStorage, check_num_steps
 from rlcollect.collectors.single.setup import (
@@ -145,6 +146,12 @@ class Collector(CollectorControl):
             e.g. `"prev_actions"` (`ViewRequirement("action", shift=-1)`) or the last 4
             observations (`shift="-3:0"`), carried across batches; they are stored in the
             batch (see `collectors/sampling/view_requirements.py`).
+        backend, num_collectors, sync, backend_options: TorchRL's front door. With
+            `num_collectors=N` (backend "process" by default) or `backend="process"` /
+            `"ray"`, `Collector(...)` returns a `MultiSyncCollector` (`sync=True`), a
+            `MultiAsyncCollector` (`sync=False`, the default) or a `RayCollector` over N copies
+            of `create_env_fn` (or its list of makers), with `backend_options` merged into the
+            other arguments; `"direct"` (the default) builds this class. Subclasses take none.
         inference_mode: call the policy under `torch.inference_mode` (faster than `no_grad`;
             its outputs are copied into the batch, so none of them is an inference tensor).
             Set False for a policy that keeps tensors made in `forward` on itself and
@@ -160,6 +167,26 @@ class Collector(CollectorControl):
         torch.Size([50]) ['time']
         >>> collector.shutdown()
     """
+
+    def __new__(
+        cls,
+        *args: Any,
+        backend: str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+        num_collectors: int | None = None,
+        sync: bool | None = None,
+        **kwargs: Any,
+    ) -> Collector:
+        """TorchRL's front door: the multi-process or Ray collector the selector arguments
+        ask for (see `single/front_door.py`), else a new `Collector`."""
+        selectors = {
+            "backend": backend,
+            "backend_options": backend_options,
+            "num_collectors": num_collectors,
+            "sync": sync,
+        }
+        built = build_elsewhere(cls is Collector, args, kwargs, selectors)
+        return super().__new__(cls) if built is None else built  # type: ignore[no-any-return]
 
     def __init__(
         self,
@@ -213,7 +240,13 @@ class Collector(CollectorControl):
         interruptor: Any = None,
         local_init_rb: bool | None = None,
         weight_updater: Any = None,
+        backend: str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+        num_collectors: int | None = None,
+        sync: bool | None = None,
     ) -> None:
+        del backend, backend_options, num_collectors, sync  # checked by __new__
+        create_env_fn = one_env_maker(create_env_fn)
         frames_per_batch, total_frames = validate_frames(frames_per_batch, total_frames)
         max_frames_per_traj = optional_frames("max_frames_per_traj", max_frames_per_traj)
         init_random_frames = optional_frames("init_random_frames", init_random_frames)
@@ -574,9 +607,9 @@ class Collector(CollectorControl):
             if close_env and not self._background.is_running:
                 self.env.close()
 
-    def shutdown(self, close_env: bool = True) -> None:
+    def _shut_down(self, timeout: float | None, close_env: bool) -> None:
         """Stop any background collection and close the env."""
-        self.async_shutdown(close_env=close_env)
+        self.async_shutdown(timeout, close_env=close_env)
 
     def __repr__(self) -> str:
         return (

@@ -19,6 +19,7 @@ from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.rollout import TrajectoryStream
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.envs.torchrl_env import is_torchrl_env
 from rlcollect.errors import MisuseError
 
 
@@ -51,8 +52,22 @@ class CollectorControl(CollectorBase):
 
     @property
     def policy_version(self) -> int:
-        """How many times the policy weights were updated."""
+        """How many times the policy weights were updated (or `increment_version()` called).
+        TorchRL's is None without `track_policy_version`; ours always counts."""
         return self.policy.version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        self.policy.version = version
+
+    def _policy_model(self) -> Any:
+        """The module the collector runs (None with random actions): weights loaded into it
+        are the ones used."""
+        return self.policy.module
+
+    def getattr_env(self, attr: str) -> Any:
+        """An attribute of the env the collector steps (TorchRL's)."""
+        return getattr(self.env, attr)
 
     def _update_weights(
         self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None
@@ -84,10 +99,7 @@ class CollectorControl(CollectorBase):
         self.stream.trajectories.offset, self.stream.trajectories.stride = offset, stride
 
     def _poll_weight_schemes(self) -> None:
-        for scheme in self.options.weight_recv_schemes.values():
-            weights = scheme.receive()
-            if weights is not None:
-                self.policy.update(weights)
+        self._receive_from_schemes()
 
     # --- checkpoints, seeding, statistics ---------------------------------------------------------
 
@@ -106,9 +118,10 @@ class CollectorControl(CollectorBase):
             state["env_state_dict"] = self.env.state_dict()
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`: counters go on, no trajectory id is reused."""
         self._check_idle("load_state_dict()")
+        state = state_dict
         self.frames = self._frames_at_start = int(state["frames"])
         self.iterations = int(state["iterations"])
         self.stream.trajectories.next_id = max(
@@ -121,14 +134,41 @@ class CollectorControl(CollectorBase):
             self.stream.episodes.load_state_dict(state["episode_stats"])
         self.stream.needs_reset = True
 
-    def set_seed(self, seed: int) -> int:
-        """Seed the env (sub-env i gets `seed + i`); the next batch starts from a reset."""
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seed the env (sub-env i gets `seed + i`) and return the next free seed; the next
+        batch starts from a reset. With `static_seed` (TorchRL's), every sub-env gets `seed`
+        and `seed` is returned.
+
+        Raises:
+            ValueError: `static_seed` with an rlcollect env of several sub-envs (its
+                sub-envs are always seeded apart).
+        """
         self._check_idle("set_seed()")
         self.stream.needs_reset = True
-        return self.env.set_seed(seed)
+        if not static_seed:
+            return self.env.set_seed(seed)
+        if is_torchrl_env(self.env):
+            return self.env.set_seed(seed, static_seed=True)
+        if self.env.batch_size.numel() > 1:
+            raise ValueError(
+                f"set_seed(static_seed=True) gives every sub-env the same seed, but this env's "
+                f"{self.env.batch_size.numel()} sub-envs are always seeded apart (seed + i); "
+                "use static_seed=False."
+            )
+        self.env.set_seed(seed)
+        return seed
 
-    def reset(self) -> None:
-        """Start new trajectories: the next batch begins with an env reset."""
+    def reset(self, index: Any = None) -> None:
+        """Start new trajectories: the next batch begins with an env reset.
+
+        Raises:
+            ValueError: `index` (TorchRL's reset of some sub-envs): every sub-env is reset.
+        """
+        if index is not None:
+            raise ValueError(
+                f"reset(index={index!r}): Collector resets all its sub-envs at once; call "
+                "reset() (a multi-process or Ray collector takes the index of a worker)."
+            )
         self._check_idle("reset()")
         self.stream.needs_reset = True
 
