@@ -78,8 +78,8 @@ def one_weights_source(
     }
     if len(given) > 1:
         raise ValueError(
-            f"{method} takes one of policy_or_weights, weights, policy and weights_dict; "
-            f"got {sorted(given)}."
+            f"{method} takes one of policy_or_weights, weights and policy; got "
+            f"{sorted(given)} (weights_dict={{'policy': ...}} counts as one of them too)."
         )
     return next(iter(given.values()), None)
 
