@@ -46,7 +46,9 @@ def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
     collector passes its extra options to the collector each worker builds, so those count
     too."""
     try:
-        parameters = dict(inspect.signature(target).parameters)
+        # A class's __init__: `Collector.__new__` is the front door and takes anything.
+        init = target.__init__ if isinstance(target, type) else target
+        parameters = dict(inspect.signature(init).parameters)
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -62,8 +64,10 @@ def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
         else:
             return None
         for source in sources:
-            parameters = {**inspect.signature(source).parameters, **parameters}
-    return {name: p for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD}
+            parameters = {**inspect.signature(source.__init__).parameters, **parameters}
+    return {
+        name: p for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD and name != "self"
+    }
 
 
 def _is_number(value: Any) -> bool:
