@@ -31,7 +31,6 @@ from common.config import (
     build_partial,
     check_overrides,
     check_target_arguments,
-    checkpoint_identity,
     refuse_collector_option,
     require_bool,
     require_fraction,
@@ -50,7 +49,7 @@ from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from ppo import LOSS_COLUMNS, LOSS_INPUTS, batch_settings, update
+from ppo import LOSS_COLUMNS, LOSS_INPUTS, TrainingParts, batch_settings, update
 from tensordict.nn import TensorDictModule
 
 from rlcollect import keys
@@ -127,23 +126,12 @@ def train(cfg: DictConfig) -> None:
     collector = build(cfg, "collector", create_env_fn=env_factory, policy=policy)
     collector.set_seed(cfg.seed)
 
+    parts = TrainingParts(actor, critic, optimizer, collector)
     if state:
-        actor.load_state_dict(state["actor"])
-        critic.load_state_dict(state["critic"])
-        optimizer.load_state_dict(state["optimizer"])
-        collector.load_state_dict(state["collector"])
-        if cfg.ppo.anneal_lr and collector.total_frames > 0:
-            lr_schedule.continue_from(collector.frames / collector.total_frames)
+        parts.resume(state, lr_schedule if cfg.ppo.anneal_lr else None)
 
     def checkpoint() -> dict[str, Any]:
-        return {
-            **checkpoint_identity(cfg, "mappo"),
-            "frames": collector.frames,
-            "collector": collector.state_dict(),
-            "actor": actor.state_dict(),
-            "critic": critic.state_dict(),
-            "optimizer": optimizer.state_dict(),
-        }
+        return parts.checkpoint(cfg, "mappo")
 
     agent_steps = collector.frames_per_batch * n_agents
     minibatch_size = max(1, agent_steps // cfg.ppo.num_minibatches)

@@ -160,6 +160,40 @@ def check_config(cfg: DictConfig) -> None:
         )
 
 
+@dataclass
+class TrainingParts:
+    """What an actor-critic run checkpoints and resumes (PPO, MAPPO, PPO over the
+    RolloutBuffer): the two networks, their optimiser and the collector."""
+
+    actor: nn.Module
+    critic: nn.Module
+    optimizer: torch.optim.Optimizer
+    collector: Any
+
+    def resume(self, state: dict[str, Any], lr_schedule: Any = None) -> float | None:
+        """Load `state`; with `lr_schedule`, the learning rate goes on from where the run
+        stopped (returns its factor, None when there is no schedule or no frame budget)."""
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        collector = self.collector
+        collector.load_state_dict(state["collector"])
+        if lr_schedule is None or collector.total_frames <= 0:
+            return None
+        return float(lr_schedule.continue_from(collector.frames / collector.total_frames))
+
+    def checkpoint(self, cfg: DictConfig, script: str) -> dict[str, Any]:
+        """The checkpoint of the run now."""
+        return {
+            **checkpoint_identity(cfg, script),
+            "frames": self.collector.frames,
+            "collector": self.collector.state_dict(),
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+
 def train(cfg: DictConfig) -> None:
     # --- set-up: everything from the config, checked before any work ---
     check_config(cfg)
@@ -179,27 +213,17 @@ def train(cfg: DictConfig) -> None:
     collector = build(cfg, "collector", create_env_fn=env_factory, policy=policy)
     collector.set_seed(cfg.seed)
 
+    parts = TrainingParts(actor, critic, optimizer, collector)
     if state:
-        actor.load_state_dict(state["actor"])
-        critic.load_state_dict(state["critic"])
-        optimizer.load_state_dict(state["optimizer"])
-        collector.load_state_dict(state["collector"])
-        if cfg.ppo.anneal_lr and collector.total_frames > 0:
-            factor = lr_schedule.continue_from(collector.frames / collector.total_frames)
+        factor = parts.resume(state, lr_schedule if cfg.ppo.anneal_lr else None)
+        if factor is not None:
             log.info(
                 f"resumed at {collector.frames} frames: the learning rate goes on from "
                 f"{factor:.3g}x optim.lr down to 0 at {collector.total_frames} frames"
             )
 
     def checkpoint() -> dict[str, Any]:
-        return {
-            **checkpoint_identity(cfg, "ppo"),
-            "frames": collector.frames,
-            "collector": collector.state_dict(),
-            "actor": actor.state_dict(),
-            "critic": critic.state_dict(),
-            "optimizer": optimizer.state_dict(),
-        }
+        return parts.checkpoint(cfg, "ppo")
 
     minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
     recorder = RunRecorder.for_run(

@@ -27,7 +27,6 @@ from common.config import (
     build,
     build_partial,
     check_overrides,
-    checkpoint_identity,
     collector_has_workers,
     resume_state,
     run_or_exit,
@@ -37,7 +36,7 @@ from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
 from omegaconf import DictConfig
-from ppo import LOSS_COLUMNS, LossSettings, batch_settings, ppo_loss
+from ppo import LOSS_COLUMNS, LossSettings, TrainingParts, batch_settings, ppo_loss
 from ppo import check_config as check_ppo_config
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -154,23 +153,12 @@ def train(cfg: DictConfig) -> None:
     collector.set_seed(cfg.seed)
     buffer = RolloutBuffer(num_envs, rollout_len, obs_dim, action_dim, cfg.buffer_device)
 
+    parts = TrainingParts(actor, critic, optimizer, collector)
     if state:
-        actor.load_state_dict(state["actor"])
-        critic.load_state_dict(state["critic"])
-        optimizer.load_state_dict(state["optimizer"])
-        collector.load_state_dict(state["collector"])
-        if cfg.ppo.anneal_lr and collector.total_frames > 0:
-            lr_schedule.continue_from(collector.frames / collector.total_frames)
+        parts.resume(state, lr_schedule if cfg.ppo.anneal_lr else None)
 
     def checkpoint() -> dict[str, Any]:
-        return {
-            **checkpoint_identity(cfg, SCRIPT),
-            "frames": collector.frames,
-            "collector": collector.state_dict(),
-            "actor": actor.state_dict(),
-            "critic": critic.state_dict(),
-            "optimizer": optimizer.state_dict(),
-        }
+        return parts.checkpoint(cfg, SCRIPT)
 
     minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
     recorder = RunRecorder.for_run(
