@@ -30,7 +30,7 @@ job=${1:-}
 [ $# -gt 0 ] && shift
 case "$job" in
   train) setup examples; exec "$VENV/bin/python" examples/ppo.py "$@" ;;
-  test) setup test,examples,pettingzoo,ray; exec "$VENV/bin/python" -m pytest "$@" ;;
+  test) setup test,examples,pettingzoo,ray,envpool,mujoco,logging,video,sweep; exec "$VENV/bin/python" -m pytest "$@" ;;
   bench)
     setup bench,examples,ray
     for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/multi_collectors.py \
