@@ -4,6 +4,11 @@
 /dev/shm. Workers started through the fork server are children of the fork server, and torch
 shares tensors through unlinked files that /dev/shm never lists; `nothing_left_at_os_level`
 checks both at the OS level.
+
+Only what our process tree made counts: the machine may be busy with other programs that use
+multiprocessing. Semaphores carry this session's name prefix (below), which every process we
+start inherits; other entries count when they belong to our user and no foreign process holds
+them.
 """
 
 from __future__ import annotations
@@ -21,11 +26,28 @@ import pytest
 SHARED_MEMORY = Path("/dev/shm")
 GRACE_SECONDS = 1.0
 
+# multiprocessing names a semaphore `<semprefix>-<random>` (file `sem.<semprefix>-<random>`),
+# with the prefix every process inherits from the one that started it: giving this session's
+# processes a prefix of their own tells their semaphores from another program's.
+SEMAPHORE_PREFIX = f"mp-rlctest{os.getpid()}"
+multiprocessing.current_process()._config["semprefix"] = f"/{SEMAPHORE_PREFIX}"
+
+
+def made_by_us(name: str) -> bool:
+    """Whether a /dev/shm entry may be ours: a semaphore only with our prefix, anything else
+    only when it belongs to our user."""
+    if name.startswith("sem."):
+        return name.startswith(f"sem.{SEMAPHORE_PREFIX}-")
+    try:
+        return (SHARED_MEMORY / name).stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
 
 def shared_memory_entries() -> set[str]:
-    """The names in /dev/shm (empty where the platform has none)."""
+    """The names in /dev/shm that our processes may have made (empty where there is none)."""
     try:
-        return set(os.listdir(SHARED_MEMORY))
+        return {name for name in os.listdir(SHARED_MEMORY) if made_by_us(name)}
     except OSError:
         return set()
 
