@@ -5,6 +5,7 @@ Run from the repository root:
     python examples/ppo.py                                  # CartPole-v1, 8 envs, 122,880 frames
     python examples/ppo.py env=pendulum_batched collector.total_frames=1000000
     python examples/ppo.py resume=outputs/ppo/<run>/checkpoint.pt collector.total_frames=400000
+    python examples/ppo.py --multirun +sweep=ppo_optuna   # Optuna: learning rate, clip range
 
 The run directory (Hydra's output dir) receives metrics.csv, return.png and checkpoint.pt.
 """
@@ -31,6 +32,7 @@ from common.config import (
 )
 from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
+from common.metrics import WINDOW_RETURN
 from common.recorder import RunRecorder
 from common.schedules import LinearLearningRate
 from omegaconf import DictConfig
@@ -194,7 +196,9 @@ class TrainingParts:
         }
 
 
-def train(cfg: DictConfig) -> None:
+def train(cfg: DictConfig) -> float:
+    """Train PPO as `cfg` says; returns the mean return of the last 100 training episodes at
+    the end, the objective an Optuna sweep (`--multirun +sweep=ppo_optuna`) maximises."""
     # --- set-up: everything from the config, checked before any work ---
     check_config(cfg)
     state: dict[str, Any] = resume_state(cfg, "ppo", ("actor", "critic", "optimizer", "collector"))
@@ -251,11 +255,12 @@ def train(cfg: DictConfig) -> None:
     collector.shutdown()
     eval_seed = cfg.seed + EVAL_SEED_OFFSET
     report_run(recorder, env_factory, policy, cfg.eval_episodes, seed=eval_seed)
+    return float(recorder.last_row.get(WINDOW_RETURN, float("nan")))
 
 
 @hydra.main(config_path="conf", config_name="ppo", version_base=None)
-def main(cfg: DictConfig) -> None:
-    run_or_exit(train, cfg)
+def main(cfg: DictConfig) -> float:
+    return run_or_exit(train, cfg)
 
 
 if __name__ == "__main__":

@@ -368,11 +368,12 @@ def check_overrides(config_name: str, arguments: Sequence[str]) -> None:
     raise SystemExit(f"config error: {key}: the config has no such key. {hint}")
 
 
-def run_or_exit(train: Callable[[DictConfig], None], cfg: DictConfig) -> None:
-    """Run a script's `train(cfg)`; a config error ends the run with its message, no traceback,
-    and removes the run dir Hydra made for it when the run wrote nothing there."""
+def run_or_exit(train: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
+    """Run a script's `train(cfg)` and return what it returns (a sweep's objective); a config
+    error ends the run with its message, no traceback, and removes the run dir Hydra made for
+    it when the run wrote nothing there."""
     try:
-        train(cfg)
+        return train(cfg)
     except ConfigError as err:
         remove_empty_run_dir()
         raise SystemExit(f"config error: {err}") from err
