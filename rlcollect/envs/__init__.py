@@ -3,6 +3,7 @@ batched envs."""
 
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.carrier import allocate_carrier
+from rlcollect.envs.envpool_env import EnvPoolEnv
 from rlcollect.envs.gym import GymEnv
 from rlcollect.envs.gym_vector import GymVectorEnv
 from rlcollect.envs.parallel import ParallelEnv
@@ -25,6 +26,7 @@ __all__ = [
     "Categorical",
     "Composite",
     "EnvBase",
+    "EnvPoolEnv",
     "GymEnv",
     "GymVectorEnv",
     "OneHot",

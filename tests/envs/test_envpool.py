@@ -1,0 +1,216 @@
+"""Tests of `EnvPoolEnv` on real EnvPool tasks: our Collector's batches against EnvPool's own
+loop replayed with the same actions, TorchRL's `MultiThreadedEnv` keys and flags, and errors."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect import Collector, keys
+
+envpool = pytest.importorskip("envpool")
+
+from rlcollect.envs.envpool_env import EnvPoolEnv  # noqa: E402
+
+SEED = 3
+
+
+@dataclass
+class Transitions:
+    """One env's transitions, field by field, in the order they happened."""
+
+    observation: list[np.ndarray] = field(default_factory=list)
+    action: list[np.ndarray] = field(default_factory=list)
+    next_observation: list[np.ndarray] = field(default_factory=list)
+    reward: list[float] = field(default_factory=list)
+    terminated: list[bool] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+
+
+def collect(env: EnvPoolEnv, steps: int, batches: int) -> TensorDictBase:
+    """`batches` batches of `steps` steps per env from our Collector (random actions), joined
+    along time."""
+    collector = Collector(
+        env,
+        None,
+        frames_per_batch=env.num_envs * steps,
+        total_frames=env.num_envs * steps * batches,
+    )
+    data = torch.cat([batch.clone() for batch in collector], dim=1)
+    collector.shutdown()
+    return data
+
+
+def replay_envpool_loop(
+    env_id: str, num_envs: int, actions: np.ndarray, make_kwargs: dict[str, Any]
+) -> list[Transitions]:
+    """EnvPool's own synchronous loop (next-step autoreset) fed each env's actions in order; the
+    step after an env's last one only resets it, so it takes no action of the sequence and
+    records no transition."""
+    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=SEED, **make_kwargs)
+    observation, _ = pool.reset()
+    steps = actions.shape[1]
+    used = np.zeros(num_envs, dtype=np.int64)
+    resetting = np.zeros(num_envs, dtype=np.bool_)
+    out = [Transitions() for _ in range(num_envs)]
+    while (used < steps).any():
+        index = np.minimum(used, steps - 1)
+        batch = actions[np.arange(num_envs), index]
+        next_observation, reward, terminated, truncated, _ = pool.step(batch)
+        for env in range(num_envs):
+            if resetting[env]:  # the reset-only step: no reward, no flags
+                assert reward[env] == 0
+                assert not terminated[env]
+                assert not truncated[env]
+                resetting[env] = False
+            elif used[env] < steps:
+                record = out[env]
+                record.observation.append(observation[env].copy())
+                record.action.append(batch[env])
+                record.next_observation.append(next_observation[env].copy())
+                record.reward.append(float(reward[env]))
+                record.terminated.append(bool(terminated[env]))
+                record.truncated.append(bool(truncated[env]))
+                used[env] += 1
+                resetting[env] = terminated[env] or truncated[env]
+        observation = next_observation
+    pool.close()
+    return out
+
+
+CASES = [
+    pytest.param("CartPole-v1", 8, None, {}, 60, id="cartpole-sync"),
+    pytest.param("CartPole-v1", 8, 4, {}, 60, id="cartpole-send-recv"),
+    pytest.param("Pong-v5", 4, None, {"max_episode_steps": 25}, 40, id="pong-sync"),
+    pytest.param("Pong-v5", 4, 2, {"max_episode_steps": 25}, 40, id="pong-send-recv"),
+    pytest.param("HalfCheetah-v4", 4, 2, {"max_episode_steps": 15}, 30, id="mujoco-send-recv"),
+]
+
+
+@pytest.mark.parametrize(("env_id", "num_envs", "batch_size", "make_kwargs", "steps"), CASES)
+def test_collector_batches_equal_envpool_loop_replayed(
+    env_id: str, num_envs: int, batch_size: int | None, make_kwargs: dict[str, Any], steps: int
+) -> None:
+    env = EnvPoolEnv(env_id, num_envs, batch_size=batch_size, seed=SEED, **make_kwargs)
+    data = collect(env, steps // 2, batches=2)
+    env.close()
+    assert data.batch_size == (num_envs, steps)  # every frame is a transition
+    actions = data[keys.ACTION].numpy()
+    expected = replay_envpool_loop(env_id, num_envs, actions, make_kwargs)
+    ends = 0
+    for index, record in enumerate(expected):
+        row = data[index]
+        np.testing.assert_array_equal(row[keys.OBSERVATION].numpy(), np.stack(record.observation))
+        np.testing.assert_array_equal(
+            row[keys.NEXT, keys.OBSERVATION].numpy(), np.stack(record.next_observation)
+        )
+        reward = row[keys.NEXT, keys.REWARD].squeeze(-1).numpy()
+        np.testing.assert_allclose(reward, np.array(record.reward, dtype=np.float32), rtol=1e-6)
+        terminated = row[keys.NEXT, keys.TERMINATED].squeeze(-1).numpy()
+        truncated = row[keys.NEXT, keys.TRUNCATED].squeeze(-1).numpy()
+        np.testing.assert_array_equal(terminated, record.terminated)
+        np.testing.assert_array_equal(truncated, record.truncated)
+        done = row[keys.NEXT, keys.DONE].squeeze(-1).numpy()
+        np.testing.assert_array_equal(done, terminated | truncated)
+        ends += int(done.sum())
+        # A trajectory id changes exactly after each episode end, never in between.
+        traj_ids = row[keys.TRAJ_IDS].numpy()
+        np.testing.assert_array_equal(np.diff(traj_ids) != 0, done[:-1])
+    assert ends > 0, "the case must reach episode ends to test the next-step autoreset"
+
+
+def test_keys_and_flags_match_torchrl_multithreaded_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrl_envs = pytest.importorskip("torchrl.envs")
+    # TorchRL's wrapper reads EnvPool's spaces through its "gym" backend: Gymnasium's spaces
+    # (EnvPool's gymnasium tasks) serve it. It imports treevalue only to recognise tree-shaped
+    # observations, which Box tasks never return: an empty stand-in of the type is enough.
+    monkeypatch.setitem(sys.modules, "gym", gymnasium)
+    treevalue = types.ModuleType("treevalue")
+    treevalue.TreeValue = type("TreeValue", (), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "treevalue", treevalue)
+    theirs = torchrl_envs.MultiThreadedEnvWrapper(
+        envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4, seed=SEED)
+    )
+    ours = EnvPoolEnv("CartPole-v1", 4, seed=SEED)
+    their_root = theirs.reset()
+    our_root = ours.reset()
+    torch.testing.assert_close(our_root[keys.OBSERVATION], their_root[keys.OBSERVATION])
+    assert set(our_root.keys()) == set(their_root.keys())
+    assert ours.action_spec.dtype == theirs.action_spec.dtype == torch.int64
+    assert ours.action_spec.shape == theirs.action_spec.shape
+    our_observation = ours.observation_spec[keys.OBSERVATION]
+    their_observation = theirs.observation_spec[keys.OBSERVATION]
+    assert (our_observation.shape, our_observation.dtype) == (
+        their_observation.shape,
+        their_observation.dtype,
+    )
+    assert set(ours.done_keys) == set(theirs.done_keys)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        action = torch.randint(0, 2, (4,), generator=generator)
+        their_step = theirs.step(their_root.set(keys.ACTION, action))
+        our_step = ours.step(our_root.set(keys.ACTION, action))
+        assert set(our_step.keys(True, True)) == set(their_step.keys(True, True))
+        for key in (keys.OBSERVATION, keys.REWARD, *keys.DONE_KEYS):
+            torch.testing.assert_close(
+                our_step[keys.NEXT, key].reshape(4, -1).float(),
+                their_step[keys.NEXT, key].reshape(4, -1).float(),
+            )
+        if bool(our_step[keys.NEXT, keys.DONE].any()):
+            break  # after an end TorchRL keeps EnvPool's reset-only step; we reset instead
+        our_root = our_step[keys.NEXT].clone()
+        their_root = their_step[keys.NEXT].clone()
+    else:
+        pytest.fail("no episode ended in 40 random CartPole steps")
+    theirs.close()
+    ours.close()
+
+
+def test_set_seed_gives_env_i_seed_plus_i() -> None:
+    env = EnvPoolEnv("CartPole-v1", 4, batch_size=2)
+    assert env.set_seed(10) == 14
+    first = env.reset()[keys.OBSERVATION]
+    single = EnvPoolEnv("CartPole-v1", 2, seed=12)
+    torch.testing.assert_close(first[2:], single.reset()[keys.OBSERVATION])
+    env.close()
+    single.close()
+
+
+def test_pong_frames_and_specs() -> None:
+    env = EnvPoolEnv("Pong-v5", 2)
+    spec = env.observation_spec[keys.OBSERVATION]
+    assert (spec.shape, spec.dtype) == ((2, 4, 84, 84), torch.uint8)
+    assert env.action_spec.dtype == torch.int64
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_envs": 0}, r"num_envs must be a positive int; got num_envs=0"),
+        ({"num_envs": 8, "batch_size": 3}, r"batch_size=3 does not divide num_envs=8"),
+        ({"num_envs": 8, "batch_size": 0}, r"batch_size must be a positive int"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        EnvPoolEnv("CartPole-v1", **kwargs)
+
+
+def test_unknown_id_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"env_id='CartPole-v9' is not an EnvPool task id"):
+        EnvPoolEnv("CartPole-v9", 2)
+
+
+def test_missing_envpool_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "envpool", None)  # what `import envpool` sees uninstalled
+    with pytest.raises(ImportError, match=r"pip install 'rlcollect\[envpool\]'"):
+        EnvPoolEnv("CartPole-v1", 2)
