@@ -12,6 +12,7 @@ from tensordict import TensorDictBase
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.gym_spaces import (
+    ValuePath,
     action_reader,
     observation_paths,
     observation_spec_from_space,
@@ -112,6 +113,17 @@ class GymEnv(EnvBase):
     def gym_env(self) -> gym.Env:
         """The wrapped Gymnasium env."""
         return self._env
+
+    @property
+    def writes_plain_observation(self) -> bool:
+        """Whether the observation is one array stored as it comes (a `Box`, not a dict of
+        entries or a one-hot index): what `SerialEnv`'s batched face (`GymBatch`) writes."""
+        return self._is_plain_observation
+
+    @property
+    def observation_value_paths(self) -> list[ValuePath]:
+        """Where each observation key of the carrier is found in a Gymnasium observation."""
+        return list(self._paths)
 
     # --- buffer face --------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.factory import make_env
 from rlcollect.envs.gym import GymEnv
+from rlcollect.envs.gym_batch import GymBatch
 from rlcollect.envs.specs import batch_spec
 from rlcollect.envs.torchrl_env import is_torchrl_env
 from rlcollect.runtime.fan_out import per_child
@@ -122,8 +123,10 @@ class SerialEnv(EnvBase):
     `[num_workers, *sub_batch]`.
 
     Buffer-first: binding a carrier binds sub-env i to the view `carrier[i]`, so each sub-env
-    writes its own rows in place and stepping costs one call per sub-env. Specs are the
-    sub-env specs with the batch dim prepended.
+    writes its own rows in place and stepping costs one call per sub-env. When every sub-env
+    is a plain `GymEnv`, a step is one call for the batch instead (`GymBatch`): the Gymnasium
+    envs are stepped in a loop and their results stored with one NumPy store per key. Specs
+    are the sub-env specs with the batch dim prepended.
 
     Args:
         num_workers: the number of sub-envs.
@@ -164,6 +167,11 @@ class SerialEnv(EnvBase):
         self.reward_spec = batch_spec(first.reward_spec, num_workers)
         self.done_spec = batch_spec(first.done_spec, num_workers)
         self._fused_steps = [env.step_and_advance_into for env in self.envs]
+        # Plain Gymnasium sub-envs are stepped together, with one store per key and step.
+        self._gym_batch = GymBatch.of(self.envs)
+        self._step_and_advance = (
+            self._step_each if self._gym_batch is None else self._gym_batch.step_and_advance_into
+        )
 
     @property
     def action_keys(self) -> list[Any]:
@@ -194,6 +202,8 @@ class SerialEnv(EnvBase):
     def _bind(self, carrier: TensorDictBase) -> None:
         for index, env in enumerate(self.envs):
             env.bind(carrier[index])
+        if self._gym_batch is not None:
+            self._gym_batch.bind(carrier)
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         self._check_open()
@@ -221,6 +231,9 @@ class SerialEnv(EnvBase):
 
     def step_and_advance_into(self, t: int) -> None:
         self._check_open()
+        self._step_and_advance(t)
+
+    def _step_each(self, t: int) -> None:
         for step_and_advance_into in self._fused_steps:
             step_and_advance_into(t)
 
