@@ -25,13 +25,15 @@ from rlcollect.envs.gym_spaces import (
 from rlcollect.envs.numpy_rows import NumpyRows, bind_numpy_rows
 from rlcollect.envs.specs import Categorical, Composite, OneHot, TensorSpec, Unbounded
 
-SUPPORTED_MODES = (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
-
 
 def make_vector_env(
-    env_id: str, num_envs: int | None, vectorization_mode: str, **make_kwargs: Any
+    env_id: str,
+    num_envs: int | None,
+    vectorization_mode: str,
+    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+    **make_kwargs: Any,
 ) -> gym.vector.VectorEnv:
-    """`gymnasium.make_vec` in same-step autoreset mode, with errors that name the argument."""
+    """`gymnasium.make_vec` in `autoreset_mode`, with errors that name the argument."""
     if (
         num_envs is None
         or isinstance(num_envs, bool)
@@ -47,7 +49,7 @@ def make_vector_env(
             env_id,
             num_envs=num_envs,
             vectorization_mode=vectorization_mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            vector_kwargs={"autoreset_mode": autoreset_mode},
             **make_kwargs,
         )
     except gym.error.Error as err:
@@ -58,15 +60,19 @@ def make_vector_env(
 
 
 def autoreset_mode_of(vector_env: gym.vector.VectorEnv) -> AutoresetMode:
-    """The vector env's autoreset mode; raises a ValueError for `NEXT_STEP`, which we cannot use."""
-    mode = AutoresetMode(vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-    if mode not in SUPPORTED_MODES:
-        raise ValueError(
-            f"the vector env autoresets in {mode} mode, where a step after the last one resets "
-            "instead of stepping; build it with autoreset_mode=AutoresetMode.SAME_STEP (or "
-            "DISABLED), e.g. gymnasium.vector.SyncVectorEnv(fns, autoreset_mode='SameStep')."
-        )
-    return mode
+    """The vector env's autoreset mode (Gymnasium's default, `NEXT_STEP`, when it names none)."""
+    return AutoresetMode(vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+
+
+def parse_autoreset_mode(value: AutoresetMode | str) -> AutoresetMode:
+    """`value` as an `AutoresetMode` (its value, e.g. "NextStep", or its name, "NEXT_STEP")."""
+    if isinstance(value, AutoresetMode):
+        return value
+    for mode in AutoresetMode:
+        if value in (mode.value, mode.name):
+            return mode
+    accepted = ", ".join(repr(mode.value) for mode in AutoresetMode)
+    raise ValueError(f"autoreset_mode={value!r} is not an AutoresetMode; use one of {accepted}.")
 
 
 def batched_action_reader(spec: TensorSpec, space: gym.Space) -> Callable[[np.ndarray], Any]:
@@ -108,11 +114,13 @@ def vector_env_from(
     vector_env_or_id: str | gym.vector.VectorEnv,
     num_envs: int | None,
     vectorization_mode: str,
+    autoreset_mode: AutoresetMode | str,
     make_kwargs: dict[str, Any],
 ) -> gym.vector.VectorEnv:
     """The vector env to wrap: `vector_env_or_id` itself, checked, or one made from an id."""
     if isinstance(vector_env_or_id, str):
-        return make_vector_env(vector_env_or_id, num_envs, vectorization_mode, **make_kwargs)
+        mode = parse_autoreset_mode(autoreset_mode)
+        return make_vector_env(vector_env_or_id, num_envs, vectorization_mode, mode, **make_kwargs)
     if not isinstance(vector_env_or_id, gym.vector.VectorEnv):
         raise TypeError(
             f"vector_env_or_id must be a gymnasium.vector.VectorEnv or a Gymnasium id; got "
@@ -131,17 +139,25 @@ class GymVectorEnv(EnvBase):
     `[num_envs]`, with the keys and specs of `GymEnv`.
 
     Buffer-first: one `step` of the vector env per time step, its batched results written into
-    NumPy views of the carrier. The vector env must autoreset in `SAME_STEP` mode (the terminal
-    observation comes in `info["final_obs"]` and goes to `"next"`, the reset observation to the
-    root of the next step) or be `DISABLED` (done sub-envs are reset with a reset mask).
+    NumPy views of the carrier. Every autoreset mode works:
+
+    * `SAME_STEP`: the terminal observation comes in `info["final_obs"]` and goes to `"next"`,
+      the reset observation to the root of the next step;
+    * `NEXT_STEP` (Gymnasium's default): the step after a sub-env's last one would only reset
+      it, ignoring the action. That step is never taken: the done sub-envs are reset at once
+      with a reset mask (which also clears the vector env's pending autoreset), so every step
+      of a batch is a transition and trajectories and returns run on unbroken;
+    * `DISABLED`: the done sub-envs are reset with a reset mask.
 
     Args:
         vector_env_or_id: a `gymnasium.vector.VectorEnv`, or a Gymnasium id made with
-            `gymnasium.make_vec(id, num_envs, vectorization_mode, autoreset_mode=SAME_STEP)`.
+            `gymnasium.make_vec(id, num_envs, vectorization_mode, autoreset_mode)`.
         num_envs: the number of sub-envs (required with an id; checked with an instance).
 
     Keyword Args:
         vectorization_mode: "sync" or "async", when `vector_env_or_id` is an id.
+        autoreset_mode: the autoreset mode of a vector env made from an id ("SameStep",
+            "NextStep" or "Disabled", or an `AutoresetMode`); an instance keeps its own.
         categorical_action_encoding: integer actions instead of one-hot for `Discrete`.
         **make_kwargs: passed to `gymnasium.make_vec` with an id.
 
@@ -163,10 +179,13 @@ class GymVectorEnv(EnvBase):
         num_envs: int | None = None,
         *,
         vectorization_mode: Literal["sync", "async"] = "sync",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         categorical_action_encoding: bool = False,
         **make_kwargs: Any,
     ) -> None:
-        vector_env = vector_env_from(vector_env_or_id, num_envs, vectorization_mode, make_kwargs)
+        vector_env = vector_env_from(
+            vector_env_or_id, num_envs, vectorization_mode, autoreset_mode, make_kwargs
+        )
         self._mode = autoreset_mode_of(vector_env)
         self._env = vector_env
         self.num_envs = vector_env.num_envs
@@ -245,7 +264,8 @@ class GymVectorEnv(EnvBase):
         observation = self._step_rows(t)
         self._write_observation(self._rows.root_observations, t + 1, observation)
         self._autoreset = self._no_autoreset
-        if self._mode is AutoresetMode.DISABLED and self._last_done.any():
+        # NEXT_STEP and DISABLED: the vector env has not reset the done sub-envs; reset them now.
+        if self._mode is not AutoresetMode.SAME_STEP and self._last_done.any():
             self.reset_into(t + 1, torch.from_numpy(self._last_done))
 
     def _step_rows(self, t: int) -> Any:
