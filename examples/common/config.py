@@ -152,9 +152,32 @@ def require_fraction(cfg: DictConfig, key: str) -> None:
         raise ConfigError(f"{key}={value!r}: expected a number in [0, 1].")
 
 
+ENVPOOL_TARGET = "rlcollect.envs.EnvPoolEnv"
+
+
+def require_envpool_id(key: str, env_id: object) -> None:
+    """Check that `env_id` is an EnvPool task id (EnvPool is an optional extra)."""
+    try:
+        import envpool
+    except ImportError as err:
+        raise ConfigError(
+            f"{key}={env_id!r}: this env runs on EnvPool, which is not installed; install it "
+            "with pip install 'rlcollect[envpool]'."
+        ) from err
+    if env_id not in envpool.list_all_envs():
+        raise ConfigError(
+            f"{key}={env_id!r} is not an EnvPool task id; envpool.list_all_envs() lists them "
+            "(e.g. CartPole-v1, Pong-v5)."
+        )
+
+
 def require_gym_id(cfg: DictConfig, key: str = "env.id") -> None:
-    """Check that `key` names a registered Gymnasium env (`"module:Id"` imports the module)."""
+    """Check that `key` names a registered Gymnasium env (`"module:Id"` imports the module), or
+    an EnvPool task when the env is made by `EnvPoolEnv`."""
     env_id = value_at(cfg, key)
+    if OmegaConf.select(cfg, "env.make._target_", default=None) == ENVPOOL_TARGET:
+        require_envpool_id(key, env_id)
+        return
     if not isinstance(env_id, str):
         raise ConfigError(f"{key}={env_id!r}: expected a Gymnasium id string such as CartPole-v1.")
     module, _, name = env_id.rpartition(":")

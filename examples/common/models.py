@@ -1,4 +1,5 @@
-"""The example networks: an encoder (MLP or small CNN), a stochastic actor, a critic, a Q-net."""
+"""The example networks: an encoder (MLP, small CNN or CleanRL's Nature CNN), a stochastic actor,
+a critic, a Q-net."""
 
 from __future__ import annotations
 
@@ -63,18 +64,68 @@ class PixelEncoder(nn.Module):
         return self.head(self.convolutions(images)).reshape(*leading, -1)
 
 
+class NatureCNN(nn.Module):
+    """CleanRL's Atari encoder (the DQN Nature paper's): three convolutions (32 8x8 stride 4,
+    64 4x4 stride 2, 64 3x3 stride 1) and a 512-unit linear layer, ReLU after each, over
+    channel-first frame stacks `[..., C, H, W]` (EnvPool's `[4, 84, 84]` uint8, scaled to
+    [0, 1])."""
+
+    features = 512
+
+    def __init__(self, observation_shape: Sequence[int]) -> None:
+        super().__init__()
+        channels, height, width = observation_shape
+        self.image_dims = 3
+        self.convolutions = nn.Sequential(
+            convolution(channels, 32, 8, 4),
+            nn.ReLU(),
+            convolution(32, 64, 4, 2),
+            nn.ReLU(),
+            convolution(64, 64, 3, 1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.convolutions(torch.zeros(1, channels, height, width)).shape[-1]
+        self.head = nn.Sequential(layer(flat, self.features), nn.ReLU())
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        leading = frames.shape[: -self.image_dims]
+        images = frames.reshape(-1, *frames.shape[-self.image_dims :])
+        if not images.is_floating_point():
+            images = images.float() / 255.0
+        return self.head(self.convolutions(images)).reshape(*leading, -1)
+
+
+def convolution(in_channels: int, out_channels: int, kernel: int, stride: int) -> nn.Conv2d:
+    """A convolution with orthogonal weights and zero bias, as CleanRL initialises its CNN."""
+    conv = nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride)
+    nn.init.orthogonal_(conv.weight, math.sqrt(2))
+    nn.init.zeros_(conv.bias)
+    return conv
+
+
+def is_frame_stack(shape: Sequence[int]) -> bool:
+    """Whether `shape` is a channel-first stack of frames, `[C, H, W]` with a few channels (as
+    EnvPool's Atari tasks give, `[4, 84, 84]`), rather than an `[H, W, C]` image."""
+    return len(shape) == 3 and shape[0] <= 4 < min(shape[1], shape[2])
+
+
 def make_encoder(
     info: EnvInfo, hidden_sizes: Sequence[int], activation: str
 ) -> tuple[nn.Module, int]:
     """An encoder for the env's observations and its number of output features.
 
-    Flat observations get an MLP with `hidden_sizes`; `[H, W, C]` images get `PixelEncoder`
-    with `hidden_sizes[-1]` features.
+    Flat observations get an MLP with `hidden_sizes`; channel-first frame stacks (Atari through
+    EnvPool, `[4, 84, 84]`) get CleanRL's `NatureCNN` (512 features); other `[H, W, C]` images
+    get `PixelEncoder` with `hidden_sizes[-1]` features.
     """
     sizes = [int(size) for size in hidden_sizes]
     if not sizes:
         raise ValueError("hidden_sizes must name at least one layer size, e.g. [64, 64].")
     act = activation_class(activation)
+    if is_frame_stack(info.observation_shape):
+        return NatureCNN(info.observation_shape), NatureCNN.features
     if len(info.observation_shape) == 3:
         return PixelEncoder(info.observation_shape, sizes[-1], activation), sizes[-1]
     if len(info.observation_shape) != 1:

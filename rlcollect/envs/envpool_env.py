@@ -11,7 +11,13 @@ from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.envpool_pools import Pool, check_positive_int, make_pools, pool_size
+from rlcollect.envs.envpool_pools import (
+    Pool,
+    check_positive_int,
+    make_pools,
+    pool_size,
+    quiet_spaces,
+)
 from rlcollect.envs.gym_spaces import ValuePath, observation_spec_from_space, spec_from_space
 from rlcollect.envs.gym_vector import batched_action_reader
 from rlcollect.envs.numpy_rows import NumpyRows, bind_numpy_rows
@@ -97,8 +103,10 @@ class EnvPoolEnv(EnvBase):
             env_id, self.num_envs, self._pool_size, int(seed), num_threads, make_kwargs
         )
         super().__init__(batch_size=(self.num_envs,), device="cpu")
-        spec = self._pools[0].handle.spec
-        self._define_specs(spec.observation_space, spec.action_space, categorical_action_encoding)
+        with quiet_spaces():
+            spec = self._pools[0].handle.spec
+            observation_space, action_space = spec.observation_space, spec.action_space
+        self._define_specs(observation_space, action_space, categorical_action_encoding)
 
     def _define_specs(
         self, observation_space: gym.Space, action_space: gym.Space, categorical: bool

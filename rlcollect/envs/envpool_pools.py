@@ -4,6 +4,9 @@ several for its send / recv mode."""
 from __future__ import annotations
 
 import numbers
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -69,6 +72,15 @@ class Pool:
         return env_ids + self.start
 
 
+@contextmanager
+def quiet_spaces() -> Iterator[None]:
+    """Silence Gymnasium's warning on EnvPool's spaces: EnvPool declares float32 boxes with
+    float64 bounds, and Gymnasium warns each time one is built."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*precision lowered", UserWarning)
+        yield
+
+
 def make_pools(
     env_id: str,
     num_envs: int,
@@ -89,13 +101,16 @@ def make_pools(
     pools = []
     for start in range(0, num_envs, size):
         threads = {} if num_threads is None else {"num_threads": num_threads}
-        handle = envpool.make(
-            env_id,
-            env_type="gymnasium",
-            num_envs=size,
-            seed=seed + start,
-            **threads,
-            **make_kwargs,
-        )
+        with quiet_spaces():
+            handle = envpool.make(
+                env_id,
+                env_type="gymnasium",
+                num_envs=size,
+                seed=seed + start,
+                **threads,
+                **make_kwargs,
+            )
+            # Gymnasium's spaces are built on first use; build them here, quietly.
+            _ = handle.observation_space, handle.action_space
         pools.append(Pool(handle, start, size, np.arange(size, dtype=np.int32)))
     return pools

@@ -16,6 +16,8 @@ from rlcollect import Collector, keys
 from rlcollect.testing.next_step_replay import assert_batch_matches_replay, replay_next_step_loop
 
 envpool = pytest.importorskip("envpool")
+# The plain pools of the tests: EnvPool declares float32 boxes with float64 bounds.
+pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered:UserWarning")
 
 from rlcollect.envs.envpool_env import EnvPoolEnv  # noqa: E402
 
