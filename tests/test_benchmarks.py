@@ -68,8 +68,8 @@ def test_views_benchmark_quick() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_compact_obs_benchmark_quick() -> None:
-    output = run("compact_obs.py", "--quick", "--frames", "1000")
+def test_store_obs_once_benchmark_quick() -> None:
+    output = run("store_obs_once.py", "--quick", "--frames", "1000")
     assert "compact / standard" in output
     assert "compact bytes / standard bytes" in output
 

@@ -1,5 +1,8 @@
 """The compact batch: every observation stored once, and `transition_view` back to transitions.
 
+This is `store_obs_once=True`, ours; TorchRL's `compact_obs=True` (the `("next", obs)` entries
+left out, the layout kept) is `rlcollect/batch/next_observations.py`.
+
 A standard batch (DESIGN.md) stores each observation twice: at the root of step t + 1 and under
 `"next"` of step t. `compact_batch` keeps it once, RLlib's way (an episode of T steps keeps T + 1
 observations), and `transition_view` rebuilds the standard batch from it frame for frame.
@@ -24,7 +27,7 @@ dim of every leaf after `B`:
 
 The observation keys are the keys held both at the root and under `"next"` with the same shape
 and dtype, the done flags excepted (`"observation"`, and e.g. `"step_count"` or a recurrent
-state): exactly what TorchRL's `compact_obs` drops from `"next"`, but nothing is lost. `K` is the
+state): what TorchRL's `compact_obs` drops from `"next"`, but nothing is lost. `K` is the
 largest number of such steps in one row (usually 0 or 1 for episodes longer than the batch).
 With the env batch as batch size, one TensorDict holds the `T + 1` observations, the `T` steps and
 the `K` final observations of each env: indexing, stacking or moving it keeps them together, and
@@ -41,7 +44,7 @@ Which steps need their final observation is found by comparing the observations 
 not from the done flags, so compaction is lossless for any batch (batches gathered from worker
 processes, split into trajectories, or rewritten by a `postproc` such as n-step returns).
 
-Where it runs: `Collector(..., compact_obs=True)` compacts straight from its carrier (each
+Where it runs: `Collector(..., store_obs_once=True)` compacts straight from its carrier (each
 observation is copied once, instead of twice for a standard batch); multi-process and Ray
 collectors compact the gathered batch in the parent (a compact batch changes shape from batch to
 batch, so it cannot live in a worker's shared-memory batch); `ReplayBuffer.extend` stores the
@@ -293,7 +296,7 @@ def _from_compact(compact: TensorDictBase) -> TensorDictBase:
 def transition_view(data: TensorDictBase, flatten: bool = False) -> TensorDictBase:
     """The transitions `[*B, T]` (the standard batch layout) of a compact batch or a rollout.
 
-    * A compact batch (`Collector(..., compact_obs=True)`, `compact_batch`) gives the standard
+    * A compact batch (`Collector(..., store_obs_once=True)`, `compact_batch`) gives the standard
       batch it was made from, frame for frame. It shares the compact batch's tensors: root
       observations are views of its `[*B, T + 1]` ones, and so are the `("next", obs)` unless
       an episode ended inside the batch (then they are one copy with the final observations
@@ -323,8 +326,8 @@ def transition_view(data: TensorDictBase, flatten: bool = False) -> TensorDictBa
     return view.reshape(-1) if flatten else view
 
 
-class CompactObservations:
-    """The batch post-processor of `compact_obs=True`: `compact_batch` on every batch."""
+class StoreObservationsOnce:
+    """The batch post-processor of `store_obs_once=True`: `compact_batch` on every batch."""
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         return compact_batch(batch)

@@ -10,7 +10,8 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.batch.compact import CompactObservations
+from rlcollect.batch.compact import StoreObservationsOnce
+from rlcollect.batch.next_observations import DropNextObservations
 
 Process = Callable[[TensorDictBase], TensorDictBase]
 
@@ -89,13 +90,26 @@ def exclude_trajectory_ids(batch: TensorDictBase) -> TensorDictBase:
     return batch
 
 
-def _check_compact(compact_obs: Any, return_same_td: bool) -> None:
+def _check_compact(compact_obs: Any, store_obs_once: Any, return_same_td: bool) -> None:
     if not isinstance(compact_obs, bool):
-        raise TypeError(f"compact_obs must be True or False; got {compact_obs!r}.")
-    if compact_obs and return_same_td:
+        raise TypeError(
+            f"compact_obs must be True or False; got {compact_obs!r}. compact_obs=True leaves "
+            "the ('next', <observation>) entries out (TorchRL's meaning); "
+            "store_obs_once=True stores every observation once, losslessly."
+        )
+    if not isinstance(store_obs_once, bool):
+        raise TypeError(f"store_obs_once must be True or False; got {store_obs_once!r}.")
+    if compact_obs and store_obs_once:
         raise ValueError(
-            "compact_obs=True builds a new compact batch every time, so there is no same "
-            "TensorDict to return: drop return_same_td=True or compact_obs=True."
+            "compact_obs=True and store_obs_once=True both store observations once, in two "
+            "layouts: keep compact_obs=True for TorchRL's (the [*B, T] batch without its "
+            "('next', <observation>) entries) or store_obs_once=True for ours ([*B] with T + 1 "
+            "observations, nothing lost)."
+        )
+    if store_obs_once and return_same_td:
+        raise ValueError(
+            "store_obs_once=True builds a new batch every time, so there is no same "
+            "TensorDict to return: drop return_same_td=True or store_obs_once=True."
         )
 
 
@@ -119,8 +133,10 @@ class BatchOptions:
     return_same_td: bool = False
     reset_at_each_iter: bool = False
     weight_recv_schemes: Mapping[str, Any] = field(default_factory=dict)
-    # compact_obs with nothing before it in the pipeline: compact straight from the carrier.
-    compact_at_delivery: bool = False
+    # store_obs_once with nothing before it in the pipeline: straight from the carrier.
+    store_once_at_delivery: bool = False
+    # compact_obs (TorchRL's): the ("next", <observation>) entries are left out of batches.
+    drop_next_observations: bool = False
 
     @classmethod
     def validate(
@@ -137,10 +153,11 @@ class BatchOptions:
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         track_traj_ids: bool = True,
         compact_obs: bool = False,
+        store_obs_once: bool = False,
     ) -> BatchOptions:
-        """Check every option and build the pipeline `[split_trajs, postproc, compact_obs,
-        private keys out, trajectory ids out, post_collect_hook]`, in TorchRL's order (but
-        `postproc` sees the full batch: compaction loses nothing, so it can come after)."""
+        """Check every option and build the pipeline `[compact_obs, split_trajs, postproc,
+        store_obs_once, private keys out, trajectory ids out, post_collect_hook]`, in TorchRL's
+        order (`store_obs_once` is ours: it loses nothing, so `postproc` sees the full batch)."""
         if replay_buffer is not None:
             cls._check_buffer(replay_buffer, return_same_td, extend_buffer)
         if weight_sync_schemes:
@@ -155,13 +172,21 @@ class BatchOptions:
                     f"weight_recv_schemes[{name!r}] must have a receive() method returning "
                     f"weights or None; got {type(scheme).__name__}."
                 )
-        _check_compact(compact_obs, return_same_td)
+        _check_compact(compact_obs, store_obs_once, return_same_td)
         pipeline = cls._pipeline(split_trajs, postproc, track_traj_ids, post_collect_hook)
-        if compact_obs:
-            pipeline.insert(int(split_trajs) + int(postproc is not None), CompactObservations())
-        at_delivery = compact_obs and not split_trajs and postproc is None
+        if store_obs_once:
+            pipeline.insert(int(split_trajs) + int(postproc is not None), StoreObservationsOnce())
+        if compact_obs:  # TorchRL drops them at every step, before anything else sees the batch
+            pipeline.insert(0, DropNextObservations())
+        at_delivery = store_obs_once and not split_trajs and postproc is None
         return cls(
-            pipeline, replay_buffer, return_same_td, reset_at_each_iter, schemes, at_delivery
+            pipeline,
+            replay_buffer,
+            return_same_td,
+            reset_at_each_iter,
+            schemes,
+            at_delivery,
+            compact_obs,
         )
 
     @staticmethod

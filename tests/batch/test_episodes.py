@@ -88,7 +88,7 @@ def test_split_and_compact_batches_give_the_same_episodes() -> None:
         return [episode.transitions.exclude(keys.ACTION) for episode in joined(collector)]
 
     standard = run()
-    for options in ({"split_trajs": True}, {"compact_obs": True}):
+    for options in ({"split_trajs": True}, {"store_obs_once": True}):
         episodes = run(**options)
         assert len(episodes) == len(standard) == 6
         for theirs, ours in zip(standard, episodes, strict=True):

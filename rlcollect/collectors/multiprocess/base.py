@@ -93,6 +93,7 @@ class MultiCollectorBase(MultiCollectorControl):
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
         split_trajs: bool = False,
         compact_obs: bool = False,
+        store_obs_once: bool = False,
         return_same_td: bool = False,
         replay_buffer: Any = None,
         init_random_frames: int | None = None,
@@ -133,9 +134,10 @@ class MultiCollectorBase(MultiCollectorControl):
         self.options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
-            # Here, on the gathered batch: a compact batch varies in shape, so it cannot go
-            # through a worker's shared batch (workers that write a buffer write it whole).
             compact_obs=compact_obs,
+            # Here, on the gathered batch: a stored-once batch varies in shape, so it cannot go
+            # through a worker's shared batch (workers that write a buffer write it whole).
+            store_obs_once=store_obs_once,
             return_same_td=return_same_td,
             replay_buffer=replay_buffer,
             extend_buffer=True,
@@ -175,7 +177,7 @@ class MultiCollectorBase(MultiCollectorControl):
                 # Workers that write the buffer themselves process what they write; otherwise
                 # the gathered batch is processed here.
                 **(
-                    {"postproc": postproc, "split_trajs": split_trajs}
+                    {"postproc": postproc, "split_trajs": split_trajs, "compact_obs": compact_obs}
                     if replay_buffer is not None
                     else {}
                 ),

@@ -79,7 +79,9 @@ class MultiSyncCollector(MultiCollectorBase):
             weights, which `update_policy_weights_()` reads.
         restart_dead_workers: replace a worker that dies, with the current weights.
         worker_timeout: seconds a worker may take to answer (a batch included); None waits.
-        postproc, split_trajs, compact_obs: run here, on the gathered batch.
+        postproc, split_trajs, compact_obs: run here, on the gathered batch (in the workers,
+            before they write, with a replay buffer).
+        store_obs_once: ours (see `Collector`); here, on the gathered batch.
         mp_start_method: "forkserver" (default where available) or "spawn".
         **collector_options: any other option of `collector_class` (devices also as one
             value per worker).

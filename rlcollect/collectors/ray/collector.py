@@ -98,7 +98,10 @@ class RayCollector(RayCollectorControl):
         startup_timeout: seconds the actors may take to be scheduled and build collectors.
         postproc, split_trajs: run here on every yielded batch (in the actors, before they
             write, with a replay buffer).
-        compact_obs: store observations once (see `Collector`); here, on the gathered batch.
+        compact_obs: TorchRL's (see `Collector`): the `("next", <observation>)` entries left
+            out; here, on the gathered batch (in the actors, before they write, with a buffer).
+        store_obs_once: ours: observations stored once (see `Collector`); here, on the
+            gathered batch.
         init_random_frames: random frames before the policy is used, shared out among actors.
         **collector_options: any other option of `collector_class` (device split,
             `max_frames_per_traj`, `track_policy_version`, RLlib's `batch_mode`,
@@ -149,6 +152,7 @@ class RayCollector(RayCollectorControl):
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
         split_trajs: bool = False,
         compact_obs: bool = False,
+        store_obs_once: bool = False,
         init_random_frames: int | None = None,
         **collector_options: Any,
     ) -> None:
@@ -173,7 +177,12 @@ class RayCollector(RayCollectorControl):
             replay_buffer=replay_buffer,
             init_random_frames=init_random_frames,
             # Actors that write the buffer themselves process what they write.
-            options={**collector_options, "postproc": postproc, "split_trajs": split_trajs}
+            options={
+                **collector_options,
+                "postproc": postproc,
+                "split_trajs": split_trajs,
+                "compact_obs": compact_obs,
+            }
             if replay_buffer is not None
             else collector_options,
         )
@@ -182,7 +191,9 @@ class RayCollector(RayCollectorControl):
         self.options = BatchOptions.validate(
             postproc=postproc,
             split_trajs=split_trajs,
-            compact_obs=compact_obs,  # here, on the gathered batch (as multi-process ones do)
+            compact_obs=compact_obs,
+            # here, on the gathered batch (as multi-process ones do)
+            store_obs_once=store_obs_once,
             return_same_td=False,
             replay_buffer=replay_buffer,
             extend_buffer=True,

@@ -12,6 +12,7 @@ from tensordict.nn import InteractionType
 
 from rlcollect.batch.compact import compact_batch
 from rlcollect.batch.flags import end_flag_keys
+from rlcollect.batch.next_observations import drop_next_observations
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
 from rlcollect.collectors.options import (
@@ -132,11 +133,16 @@ class Collector(CollectorControl):
         count_steps_by: what `frames_per_batch`, `total_frames` and `frames` count: "env_steps"
             or "agent_steps" (RLlib's: with 3 agents acting at every step, 300 agent steps
             are 100 env steps).
-        compact_obs: store every observation once (TorchRL's name; nothing is lost): batches
-            of batch size `[*env_batch]` with `T + 1` observations per env and the final
-            observations of episodes ending inside the batch; `transition_view(batch)` gives
-            the standard layout back (see `rlcollect/batch/compact.py`). `collect_rollout` still
-            fills its rollout in full.
+        compact_obs: TorchRL's: leave the `("next", <observation>)` entries out of batches
+            (the env's observations and state; `("next", "reward")` and the done flags stay);
+            the batch keeps its `[*env_batch, T]` layout, and TorchRL's
+            `NextStateReconstructor` rebuilds them from a replay buffer's samples (see
+            `rlcollect/batch/next_observations.py`).
+        store_obs_once: ours: store every observation once, losslessly: batches of batch size
+            `[*env_batch]` with `T + 1` observations per env and the final observations of
+            episodes ending inside the batch; `transition_view(batch)` gives the standard
+            layout back (see `rlcollect/batch/compact.py`). `collect_rollout` still fills its
+            rollout in full.
         policies: RLlib's one policy per team, `{policy_id: policy}` (instead of `policy`):
             each is called once per step on all the agents `policy_mapping_fn(agent_id)`
             sends it, and batches hold one sub-batch per policy id (see `PolicyMap`).
@@ -224,6 +230,7 @@ class Collector(CollectorControl):
         trust_policy: bool | None = None,
         auto_register_policy_transforms: bool | None = None,
         compact_obs: bool = False,
+        store_obs_once: bool = False,
         batch_mode: str | None = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
@@ -283,6 +290,7 @@ class Collector(CollectorControl):
             post_collect_hook=post_collect_hook,
             track_traj_ids=track_traj_ids,
             compact_obs=compact_obs,
+            store_obs_once=store_obs_once,
         )
         env = register_policy_transforms(
             make_env(create_env_fn, create_env_kwargs), policy, auto_register_policy_transforms
@@ -416,7 +424,7 @@ class Collector(CollectorControl):
             self._profiler.step()
 
     def _deliver(self) -> TensorDictBase:
-        if self.options.compact_at_delivery:
+        if self.options.store_once_at_delivery:
             return self._process(self._compact_batch())
         return self._process(self._raw_batch())
 
@@ -429,8 +437,11 @@ class Collector(CollectorControl):
         return batch.to(self.devices.storing) if crosses else batch
 
     def _raw_batch(self) -> TensorDictBase:
-        """The batch just collected, as stored (a copy, unless `return_same_td`)."""
+        """The batch just collected, as stored (a copy, unless `return_same_td`); with
+        `compact_obs`, the `("next", <observation>)` entries are not copied."""
         batch = self.layout.batch_view
+        if self.options.drop_next_observations:
+            batch = drop_next_observations(batch)
         if self.devices.storing_crosses:
             batch = batch.to(self.devices.storing)
         elif not self.options.return_same_td:

@@ -248,7 +248,7 @@ def test_batched_envs_hand_out_every_sub_envs_episodes() -> None:
 
 
 def test_whole_episode_and_compact_batches_sample_alike() -> None:
-    for options in ({"batch_mode": "complete_episodes"}, {"compact_obs": True}):
+    for options in ({"batch_mode": "complete_episodes"}, {"store_obs_once": True}):
         make = functools.partial(
             Collector, counting(5), None, frames_per_batch=4, total_frames=40, **options
         )

@@ -1,4 +1,4 @@
-"""compact_obs=True against the standard batch: frames/s, and the bytes of an 84x84x3 batch.
+"""store_obs_once=True against the standard batch: frames/s, and the bytes of an 84x84x3 batch.
 
 Both settings run in this process, interleaved round by round (the order flips every round),
 so that a shared machine's drift falls on both; the ratio is taken per round, then the median.
@@ -6,8 +6,8 @@ Speeds are frames per second of this process's CPU time (one torch thread; Seria
 this process): other processes on a shared machine slow the wall clock, not this count. Wall
 clock frames/s are printed too.
 
-    python benchmarks/compact_obs.py            # 5 rounds of 20,000 frames per case
-    python benchmarks/compact_obs.py --quick    # smoke run (1 round, 2,000 frames)
+    python benchmarks/store_obs_once.py            # 5 rounds of 20,000 frames per case
+    python benchmarks/store_obs_once.py --quick    # smoke run (1 round, 2,000 frames)
 """
 
 from __future__ import annotations
@@ -90,11 +90,11 @@ CASES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
 }
 
 
-def frames_per_second(case: str, compact_obs: bool, frames: int) -> tuple[float, float]:
+def frames_per_second(case: str, store_obs_once: bool, frames: int) -> tuple[float, float]:
     """Frames per CPU second and per wall-clock second of one run."""
     make_env, make_policy = CASES[case]
     collector = Collector(
-        make_env(), make_policy(), frames_per_batch=FRAMES_PER_BATCH, compact_obs=compact_obs
+        make_env(), make_policy(), frames_per_batch=FRAMES_PER_BATCH, store_obs_once=store_obs_once
     )
     batches = -(-frames // FRAMES_PER_BATCH)
     try:
@@ -114,9 +114,9 @@ def pixel_bytes(batches: int) -> list[float]:
     """Bytes of compact / standard batches of the pixel env (same seed, same frames)."""
     ratios = []
     runs = []
-    for compact_obs in (False, True):
+    for store_obs_once in (False, True):
         torch.manual_seed(0)
-        collector = Collector(pixels(), None, frames_per_batch=100, compact_obs=compact_obs)
+        collector = Collector(pixels(), None, frames_per_batch=100, store_obs_once=store_obs_once)
         runs.append([batch.bytes() for batch in itertools.islice(collector, batches)])
         collector.shutdown()
     for standard, compact in zip(*runs, strict=True):
@@ -140,9 +140,9 @@ def main() -> None:
     for round_ in range(rounds):
         for case in cases:
             order = (False, True) if round_ % 2 == 0 else (True, False)
-            for compact_obs in order:
-                speed = frames_per_second(case, compact_obs, frames)
-                results.setdefault((case, compact_obs), []).append(speed)
+            for store_obs_once in order:
+                speed = frames_per_second(case, store_obs_once, frames)
+                results.setdefault((case, store_obs_once), []).append(speed)
 
     print(f"{rounds} round(s) of {frames} frames, frames_per_batch={FRAMES_PER_BATCH}")
     print(

@@ -1,4 +1,4 @@
-"""compact_obs=True: observations stored once; `transition_view` gives the standard batch back."""
+"""store_obs_once=True: observations stored once; `transition_view` gives the batch back."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ PIXELS = (84, 84, 3)
 
 class PixelEnv(gym.Env):
     """A Gymnasium env with an 84x84x3 uint8 observation (a frame counter painted into the
-    image) whose episodes last `episode_length` steps: the Atari-sized case of compact_obs."""
+    image) whose episodes last `episode_length` steps: the Atari-sized case of store_obs_once."""
 
     metadata: dict[str, Any] = {}
 
@@ -86,10 +86,10 @@ def assert_same_batch(view: TensorDictBase, standard: TensorDictBase) -> None:
             assert view[key].batch_size == value.batch_size, key
 
 
-def collect(make: Callable[..., Any], compact_obs: bool, batches: int, **options: Any) -> list:
+def collect(make: Callable[..., Any], store_obs_once: bool, batches: int, **options: Any) -> list:
     """`batches` batches of a seeded collector (one run per call, same seed every time)."""
     torch.manual_seed(0)
-    collector = make(compact_obs=compact_obs, **options)
+    collector = make(store_obs_once=store_obs_once, **options)
     try:
         collector.set_seed(0)
         return list(itertools.islice(collector, batches))
@@ -125,7 +125,7 @@ def test_compact_layout_of_a_batched_counting_env() -> None:
     """Counting envs make every slot predictable: T + 1 observations per env, the final
     observations of the episodes ending inside the batch, and their steps."""
     env = CountingEnv(episode_length=(3, 5), batch_size=(2,))
-    collector = Collector(env, None, frames_per_batch=14, total_frames=28, compact_obs=True)
+    collector = Collector(env, None, frames_per_batch=14, total_frames=28, store_obs_once=True)
     first, second = list(collector)
     assert first.batch_size == torch.Size([2])
     assert first["observation"].squeeze(-1).tolist() == [
@@ -147,10 +147,10 @@ def test_slot_t_is_the_final_observation_when_the_last_step_ends() -> None:
     def make(**options: Any) -> Collector:
         return Collector(CountingEnv(episode_length=4), None, frames_per_batch=4, **options)
 
-    (batch,) = collect(make, compact_obs=True, batches=1)
+    (batch,) = collect(make, store_obs_once=True, batches=1)
     assert batch["observation"].squeeze(-1).tolist() == [0, 1, 2, 3, 4]
     assert batch["final", "step"].shape == (0,)
-    assert_compact_runs_match([batch], collect(make, compact_obs=False, batches=1))
+    assert_compact_runs_match([batch], collect(make, store_obs_once=False, batches=1))
 
 
 # --- transition_view equals the standard batch, frame for frame -----------------------------
@@ -164,9 +164,9 @@ def test_counting_env_frame_for_frame(env_batch: tuple[int, ...]) -> None:
         env = CountingEnv(episode_length=lengths, batch_size=env_batch)
         return Collector(env, None, frames_per_batch=7 * lengths.numel(), **options)
 
-    standard = collect(make, compact_obs=False, batches=6)
+    standard = collect(make, store_obs_once=False, batches=6)
     assert ends(standard) == (True, True)
-    assert_compact_runs_match(collect(make, compact_obs=True, batches=6), standard)
+    assert_compact_runs_match(collect(make, store_obs_once=True, batches=6), standard)
 
 
 @pytest.mark.parametrize(
@@ -178,9 +178,9 @@ def test_cartpole_frame_for_frame(make_env: Callable[[], Any]) -> None:
     def make(**options: Any) -> Collector:
         return Collector(make_env, greedy_module(), frames_per_batch=60, **options)
 
-    standard = collect(make, compact_obs=False, batches=8)
+    standard = collect(make, store_obs_once=False, batches=8)
     assert ends(standard) == (True, True)
-    assert_compact_runs_match(collect(make, compact_obs=True, batches=8), standard)
+    assert_compact_runs_match(collect(make, store_obs_once=True, batches=8), standard)
 
 
 def test_truncation_and_step_counts_frame_for_frame() -> None:
@@ -191,9 +191,9 @@ def test_truncation_and_step_counts_frame_for_frame() -> None:
             cartpole, greedy_module(), frames_per_batch=25, max_frames_per_traj=9, **options
         )
 
-    standard = collect(make, compact_obs=False, batches=4)
+    standard = collect(make, store_obs_once=False, batches=4)
     assert bool(standard[0]["next", "truncated"][:-1].any())
-    compact = collect(make, compact_obs=True, batches=4)
+    compact = collect(make, store_obs_once=True, batches=4)
     assert ("next", "step_count") not in compact[0].keys(include_nested=True)
     assert compact[0]["step_count"].shape == (26, 1)
     assert_compact_runs_match(compact, standard)
@@ -209,8 +209,8 @@ def test_pipeline_options_frame_for_frame(options: dict[str, Any]) -> None:
         env = CountingEnv(episode_length=(3, 5), batch_size=(2,))
         return Collector(env, None, frames_per_batch=14, **options, **more)
 
-    standard = collect(make, compact_obs=False, batches=3)
-    assert_compact_runs_match(collect(make, compact_obs=True, batches=3), standard)
+    standard = collect(make, store_obs_once=False, batches=3)
+    assert_compact_runs_match(collect(make, store_obs_once=True, batches=3), standard)
 
 
 def test_postproc_sees_the_full_batch_and_the_hook_the_compact_one() -> None:
@@ -229,7 +229,7 @@ def test_postproc_sees_the_full_batch_and_the_hook_the_compact_one() -> None:
         None,
         frames_per_batch=5,
         total_frames=5,
-        compact_obs=True,
+        store_obs_once=True,
         postproc=postproc,
         post_collect_hook=hook,
     )
@@ -248,8 +248,8 @@ def test_pixel_batches_take_at_most_55_percent_of_the_bytes(env_batch: int) -> N
         env = pixel_env() if env_batch == 1 else SerialEnv(env_batch, pixel_env)
         return Collector(env, None, frames_per_batch=100 * env_batch, **options)
 
-    standard = collect(make, compact_obs=False, batches=3)
-    compact = collect(make, compact_obs=True, batches=3)
+    standard = collect(make, store_obs_once=False, batches=3)
+    compact = collect(make, store_obs_once=True, batches=3)
     assert_compact_runs_match(compact, standard)
     for compact_, standard_ in zip(compact, standard, strict=True):
         assert compact_["final", "step"].shape[-1] >= 3  # 3 or 4 episodes end in every row
@@ -259,7 +259,7 @@ def test_pixel_batches_take_at_most_55_percent_of_the_bytes(env_batch: int) -> N
 
 def test_transition_view_shares_storage_without_ends_inside() -> None:
     env = CountingEnv(episode_length=100)
-    (batch,) = Collector(env, None, frames_per_batch=10, total_frames=10, compact_obs=True)
+    (batch,) = Collector(env, None, frames_per_batch=10, total_frames=10, store_obs_once=True)
     view = transition_view(batch)
     storage = batch["observation"].untyped_storage().data_ptr()
     assert view["observation"].untyped_storage().data_ptr() == storage
@@ -288,9 +288,9 @@ def test_multi_sync_frame_for_frame(cat_results: Any) -> None:
             **options,
         )
 
-    standard = collect(make, compact_obs=False, batches=4)
+    standard = collect(make, store_obs_once=False, batches=4)
     assert ends(standard)[0]  # with cat_results=-1 time holds one worker after the other
-    compact = collect(make, compact_obs=True, batches=4)
+    compact = collect(make, store_obs_once=True, batches=4)
     assert compact[0].batch_size == standard[0].batch_size[:-1]
     assert_compact_runs_match(compact, standard)
 
@@ -301,8 +301,8 @@ def test_multi_async_frame_for_frame() -> None:
     def make(**options: Any) -> MultiAsyncCollector:
         return MultiAsyncCollector([counting_pair], None, frames_per_batch=14, **options)
 
-    standard = collect(make, compact_obs=False, batches=3)
-    assert_compact_runs_match(collect(make, compact_obs=True, batches=3), standard)
+    standard = collect(make, store_obs_once=False, batches=3)
+    assert_compact_runs_match(collect(make, store_obs_once=True, batches=3), standard)
 
 
 # --- replay buffers -------------------------------------------------------------------------
@@ -320,8 +320,8 @@ def test_replay_buffer_stores_the_transitions_of_compact_batches(
             **options,
         )
 
-    standard = collect(make, compact_obs=False, batches=3)
-    compact = collect(make, compact_obs=True, batches=3)
+    standard = collect(make, store_obs_once=False, batches=3)
+    compact = collect(make, store_obs_once=True, batches=3)
     full = ReplayBuffer(storage=storage(100), batch_size=10)
     small = ReplayBuffer(storage=storage(100), batch_size=10, sampler=SamplerWithoutReplacement())
     for standard_, compact_ in zip(standard, compact, strict=True):
@@ -334,9 +334,9 @@ def test_replay_buffer_stores_the_transitions_of_compact_batches(
     assert torch.equal(sample["next", "observation"], stored["next", "observation"])
 
 
-@pytest.mark.parametrize("compact_obs", [False, True])
-def test_collector_extends_a_replay_buffer_with_compact_batches(compact_obs: bool) -> None:
-    def filled(compact_obs: bool) -> ReplayBuffer:
+@pytest.mark.parametrize("store_obs_once", [False, True])
+def test_collector_extends_a_replay_buffer_with_compact_batches(store_obs_once: bool) -> None:
+    def filled(store_obs_once: bool) -> ReplayBuffer:
         torch.manual_seed(0)  # the same random actions
         buffer = ReplayBuffer(storage=LazyTensorStorage(100))
         env = CountingEnv(episode_length=3, batch_size=(2,))
@@ -346,12 +346,12 @@ def test_collector_extends_a_replay_buffer_with_compact_batches(compact_obs: boo
             frames_per_batch=10,
             total_frames=30,
             replay_buffer=buffer,
-            compact_obs=compact_obs,
+            store_obs_once=store_obs_once,
         )
         assert list(collector) == [None] * 3
         return buffer
 
-    buffer, reference = filled(compact_obs), filled(False)
+    buffer, reference = filled(store_obs_once), filled(False)
     assert len(buffer) == 30
     assert_same_batch(buffer.storage[:], reference.storage[:])
 
@@ -414,13 +414,13 @@ def test_multi_agent_env_frame_for_frame() -> None:
     def make(**options: Any) -> Collector:
         return Collector(spread_env(), greedy_agents(), frames_per_batch=25, **options)
 
-    standard = collect(make, compact_obs=False, batches=3)
-    assert_compact_runs_match(collect(make, compact_obs=True, batches=3), standard)
+    standard = collect(make, store_obs_once=False, batches=3)
+    assert_compact_runs_match(collect(make, store_obs_once=True, batches=3), standard)
 
 
 def test_compact_batches_stack_and_index_by_env() -> None:
     env = CountingEnv(episode_length=(3, 5), batch_size=(2,))
-    first, second = Collector(env, None, frames_per_batch=14, total_frames=28, compact_obs=True)
+    first, second = Collector(env, None, frames_per_batch=14, total_frames=28, store_obs_once=True)
     assert_same_batch(transition_view(first[1]), transition_view(first)[1])
     stacked = torch.stack([first, second])
     assert_same_batch(
@@ -428,7 +428,7 @@ def test_compact_batches_stack_and_index_by_env() -> None:
     )
     long_episodes = CountingEnv(episode_length=100, batch_size=(2,))
     (without_ends,) = Collector(
-        long_episodes, None, frames_per_batch=14, total_frames=14, compact_obs=True
+        long_episodes, None, frames_per_batch=14, total_frames=14, store_obs_once=True
     )
     with pytest.raises(RuntimeError):  # rows with another number of final observations
         torch.stack([first, without_ends])
@@ -444,14 +444,14 @@ def test_a_rollout_keeps_its_transition_view() -> None:
 # --- validation -----------------------------------------------------------------------------
 
 
-def test_compact_obs_refuses_return_same_td() -> None:
-    with pytest.raises(ValueError, match="drop return_same_td=True or compact_obs=True"):
-        Collector(CountingEnv(), None, frames_per_batch=4, compact_obs=True, return_same_td=True)
+def test_store_obs_once_refuses_return_same_td() -> None:
+    with pytest.raises(ValueError, match="drop return_same_td=True or store_obs_once=True"):
+        Collector(CountingEnv(), None, frames_per_batch=4, store_obs_once=True, return_same_td=True)
 
 
-def test_compact_obs_must_be_a_bool() -> None:
-    with pytest.raises(TypeError, match="compact_obs must be True or False"):
-        Collector(CountingEnv(), None, frames_per_batch=4, compact_obs="yes")
+def test_store_obs_once_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="store_obs_once must be True or False"):
+        Collector(CountingEnv(), None, frames_per_batch=4, store_obs_once="yes")
 
 
 def test_compact_batch_needs_a_time_dim() -> None:

@@ -1,4 +1,4 @@
-"""RayCollector(..., compact_obs=True): the gathered batch is compacted here, losslessly."""
+"""RayCollector(..., store_obs_once=True): the gathered batch is compacted here, losslessly."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ pytestmark = [pytest.mark.timeout(120)]
 
 
 def test_compact_batches_give_the_standard_ones_back() -> None:
-    def run(compact_obs: bool) -> list:
+    def run(store_obs_once: bool) -> list:
         with RayCollector(
             counting_env(3),
             num_collectors=2,
             frames_per_batch=14,
             total_frames=56,
-            compact_obs=compact_obs,
+            store_obs_once=store_obs_once,
         ) as collector:
             return list(collector)
 
