@@ -13,25 +13,28 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import Collector, keys
+from rlcollect.testing import check_env
 from rlcollect.testing.next_step_replay import assert_batch_matches_replay, replay_next_step_loop
+from rlcollect.transforms import StepCounter, TransformedEnv
 
 envpool = pytest.importorskip("envpool")
 # The plain pools of the tests: EnvPool declares float32 boxes with float64 bounds.
 pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered:UserWarning")
 
+from rlcollect.envs.base import EnvBase  # noqa: E402
 from rlcollect.envs.envpool_env import EnvPoolEnv  # noqa: E402
 
 SEED = 3
 
 
-def collect(env: EnvPoolEnv, steps: int, batches: int) -> TensorDictBase:
+def collect(env: EnvBase, steps: int, batches: int) -> TensorDictBase:
     """`batches` batches of `steps` steps per env from our Collector (random actions), joined
     along time."""
     collector = Collector(
         env,
         None,
-        frames_per_batch=env.num_envs * steps,
-        total_frames=env.num_envs * steps * batches,
+        frames_per_batch=env.batch_size.numel() * steps,
+        total_frames=env.batch_size.numel() * steps * batches,
     )
     data = torch.cat([batch.clone() for batch in collector], dim=1)
     collector.shutdown()
@@ -107,6 +110,27 @@ def test_keys_and_flags_match_torchrl_multithreaded_env(monkeypatch: pytest.Monk
         pytest.fail("no episode ended in 40 random CartPole steps")
     theirs.close()
     ours.close()
+
+
+@pytest.mark.parametrize("batch_size", [None, 2], ids=["sync", "send-recv"])
+def test_conformance_check_passes(batch_size: int | None) -> None:
+    env = EnvPoolEnv("CartPole-v1", 4, batch_size=batch_size)
+    check_env(env, steps=30)
+    env.close()
+
+
+def test_a_step_limit_transform_resets_the_envs_it_truncates() -> None:
+    # The carrier's flags, set by the transform, decide which envs reset: not EnvPool's.
+    env = TransformedEnv(EnvPoolEnv("CartPole-v1", 4, seed=SEED), StepCounter(max_steps=5))
+    data = collect(env, steps=10, batches=1)
+    truncated = data[keys.NEXT, keys.TRUNCATED].squeeze(-1)
+    assert truncated[:, 4].all()
+    assert (data[keys.STEP_COUNT].squeeze(-1)[:, 5] == 0).all()
+    fresh = EnvPoolEnv("CartPole-v1", 4, seed=SEED)
+    fresh.reset()
+    second_start = fresh.reset()[keys.OBSERVATION]  # each env's second start state
+    torch.testing.assert_close(data[keys.OBSERVATION][:, 5], second_start)
+    fresh.close()
 
 
 def test_set_seed_gives_env_i_seed_plus_i() -> None:
