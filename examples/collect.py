@@ -28,6 +28,7 @@ from common.config import (
     validate,
 )
 from common.env_info import probe_env
+from common.interrupt import StopOnInterrupt
 from common.recorder import RunRecorder
 from omegaconf import DictConfig
 from tensordict.nn import TensorDictModule
@@ -68,10 +69,13 @@ def train(cfg: DictConfig) -> None:
 
     # --- collect ---
     start_frames, start = collector.frames, time.perf_counter()
-    for _ in collector:
-        recorder.log(collector.stats())
-        if recorder.checkpoint_due(collector.frames):
-            recorder.save(collector.frames, checkpoint)
+    with StopOnInterrupt() as stop:
+        for _ in collector:
+            recorder.log(collector.stats())
+            if recorder.checkpoint_due(collector.frames):
+                recorder.save(collector.frames, checkpoint)
+            if stop.requested:
+                break
     seconds = time.perf_counter() - start
     recorder.save(collector.frames, checkpoint)
     recorder.close()
@@ -86,6 +90,8 @@ def train(cfg: DictConfig) -> None:
         f"the whole run, logging and checkpoints included (the progress bar shows the recent "
         f"rate); run_dir={recorder.run_dir}"
     )
+    recorder.finish()
+    stop.exit_if_requested(recorder.run_dir)
 
 
 @hydra.main(config_path="conf", config_name="collect", version_base=None)

@@ -42,9 +42,11 @@ from common.config import (
 )
 from common.env_info import EnvInfo, probe_env
 from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
+from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
-from common.recorder import RunRecorder
+from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
+from common.video import EvaluationVideo
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -55,7 +57,7 @@ from rlcollect import keys
 log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
 BEST_POLICY_NAME = "best_policy.pt"
-EXTRA_COLUMNS = ("loss", "epsilon", "lr", "updates", "buffer_size", "eval_return")
+EXTRA_COLUMNS = ("loss", "epsilon", "lr", "updates", "buffer_size", "eval_return", WEIGHT_UPDATE)
 
 
 class Learner:
@@ -261,8 +263,9 @@ def train(cfg: DictConfig) -> None:
         cfg, collector, state, f"DQN {cfg.env.id}", extra_columns=EXTRA_COLUMNS
     )
 
+    video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
     evaluation = PeriodicEvaluation(
-        cfg, policy, key, collector.frames, recorder.run_dir / BEST_POLICY_NAME
+        cfg, policy, key, collector.frames, recorder.run_dir / BEST_POLICY_NAME, video
     )
     if state:
         evaluation.resume(state.get("best_policy"))
@@ -282,22 +285,37 @@ def train(cfg: DictConfig) -> None:
 
     # --- collect in the background, learn in the foreground ---
     collector.start()
-    try:
-        learn(cfg, collector, replay_buffer, learner, policy, recorder, evaluation, checkpoint)
-    finally:
-        collector.async_shutdown()
+    with StopOnInterrupt() as stop:
+        try:
+            learn(
+                cfg,
+                collector,
+                replay_buffer,
+                learner,
+                policy,
+                recorder,
+                evaluation,
+                checkpoint,
+                stop,
+            )
+        finally:
+            collector.async_shutdown()
     recorder.save(collector.frames, checkpoint)
     recorder.close()
-    greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
-    report_run(
-        recorder,
-        env_factory,
-        greedy_policy,
-        cfg.eval_episodes,
-        columns=["updates"],
-        seed=evaluation.fresh_seed,  # other episodes than those the best policy was picked on
-    )
-    evaluation.report_best()
+    if not stop.requested:
+        greedy_policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
+        report_run(
+            recorder,
+            env_factory,
+            greedy_policy,
+            cfg.eval_episodes,
+            columns=["updates"],
+            seed=evaluation.fresh_seed,  # other episodes than those the best policy was picked on
+        )
+        video.record(greedy_policy, collector.frames, evaluation.fresh_seed)
+        evaluation.report_best()
+    recorder.finish()
+    stop.exit_if_requested(recorder.run_dir)
 
 
 def learn(
@@ -309,13 +327,15 @@ def learn(
     recorder: RunRecorder,
     evaluation: PeriodicEvaluation,
     checkpoint: Any,
+    stop: StopOnInterrupt,
 ) -> None:
-    """The learner loop: keep pace with collection, push weights, evaluate, log, checkpoint."""
+    """The learner loop: keep pace with collection, push weights, evaluate, log, checkpoint;
+    until the collector is done or `stop` is requested (Ctrl-C)."""
     pacer = UpdatePacer(cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
     watch = StallWatch(collector, cfg.dqn.stall_timeout_s)
     next_log = collector.frames + cfg.log_every
     synced_at = learner.updates
-    while True:
+    while not stop.requested:
         # Read "done" before the frame count: once done, `frames` is final and the learner
         # owes exactly the steps for it.
         finished = collector.is_done
@@ -347,7 +367,8 @@ def learn(
             # Pushed while the collector runs: a step that reads half-copied weights is harmless,
             # and pausing would stall the learner for a whole batch.
             policy.epsilon.fill_(epsilon_at(collector.frames, cfg, collector.total_frames))
-            collector.update_policy_weights_(policy)
+            with recorder.timed(WEIGHT_UPDATE):
+                collector.update_policy_weights_(policy)
             synced_at = learner.updates
     last = recorder.last_row
     if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
@@ -359,7 +380,8 @@ class PeriodicEvaluation:
     them): the return DQN is judged by, free of the exploration noise of training episodes.
 
     The best-scoring policy so far is written to `<run dir>/best_policy.pt` (as SB3's
-    EvalCallback does): DQN on CartPole can unlearn a solved task late in a run.
+    EvalCallback does): DQN on CartPole can unlearn a solved task late in a run. Every
+    `video.every` evaluations, `video` records a greedy episode too.
     """
 
     def __init__(
@@ -369,8 +391,11 @@ class PeriodicEvaluation:
         key: Any,
         start_frames: int,
         best_path: Path,
+        video: EvaluationVideo,
     ) -> None:
         self.every = cfg.eval_every
+        self.video = video
+        self.evaluations = 0
         self.episodes = cfg.eval_episodes
         self.env_factory = build_partial(cfg, "env.make")
         self.learner_policy = policy
@@ -407,6 +432,9 @@ class PeriodicEvaluation:
             return float("nan")
         self.next_at += self.every * ((frames - self.next_at) // self.every + 1)  # on the grid
         mean = evaluate(self.env_factory, self.policy, self.episodes, self.seed)
+        self.evaluations += 1
+        if self.video.due(self.evaluations):
+            self.video.record(self.policy, frames, self.seed)
         if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
             weights = {
                 name: value.clone() for name, value in self.learner_policy.state_dict().items()

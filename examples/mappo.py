@@ -43,9 +43,10 @@ from common.config import (
     run_or_exit,
 )
 from common.evaluation import EVAL_SEED_OFFSET, evaluate
+from common.interrupt import StopOnInterrupt
 from common.metrics import MEAN_RETURN, WINDOW_RETURN, set_in_last_row
 from common.multi_agent import probe_group
-from common.recorder import RunRecorder
+from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -136,32 +137,50 @@ def train(cfg: DictConfig) -> None:
     agent_steps = collector.frames_per_batch * n_agents
     minibatch_size = max(1, agent_steps // cfg.ppo.num_minibatches)
     recorder = RunRecorder.for_run(
-        cfg, collector, state, f"MAPPO {cfg.env.id} (return per agent)", extra_columns=LOSS_COLUMNS
+        cfg,
+        collector,
+        state,
+        f"MAPPO {cfg.env.id} (return per agent)",
+        extra_columns=(*LOSS_COLUMNS, WEIGHT_UPDATE),
     )
 
-    for data in collector:
-        # --- advantages: per agent, one value-network call over the batch ---
-        data = gae(data)
+    with StopOnInterrupt() as stop:
+        for data in collector:
+            # --- advantages: per agent, one value-network call over the batch ---
+            data = gae(data)
 
-        # --- update: the group's agent-steps, shuffled into minibatches, shared networks ---
-        settings = batch_settings(cfg, collector, lr_schedule)
-        transitions = data.get(group).select(keys.OBSERVATION, *LOSS_INPUTS).reshape(-1)
-        means = update(
-            cfg, actor, critic, optimizer, transitions, minibatch_size, keys.OBSERVATION, settings
-        )
+            # --- update: the group's agent-steps, shuffled into minibatches, shared networks ---
+            settings = batch_settings(cfg, collector, lr_schedule)
+            transitions = data.get(group).select(keys.OBSERVATION, *LOSS_INPUTS).reshape(-1)
+            means = update(
+                cfg,
+                actor,
+                critic,
+                optimizer,
+                transitions,
+                minibatch_size,
+                keys.OBSERVATION,
+                settings,
+            )
 
-        # --- push the new weights to the collector, log, checkpoint ---
-        collector.update_policy_weights_()
-        lr = optimizer.param_groups[0]["lr"]
-        stats = per_agent(collector.stats(), n_agents)
-        recorder.log(stats, **means, lr=lr, clip_epsilon=settings.clip_epsilon)
-        if recorder.checkpoint_due(collector.frames):
-            recorder.save(collector.frames, checkpoint)
+            # --- push the new weights to the collector, log, checkpoint ---
+            with recorder.timed(WEIGHT_UPDATE):
+                collector.update_policy_weights_()
+            lr = optimizer.param_groups[0]["lr"]
+            stats = per_agent(collector.stats(), n_agents)
+            recorder.log(stats, **means, lr=lr, clip_epsilon=settings.clip_epsilon)
+            if recorder.checkpoint_due(collector.frames):
+                recorder.save(collector.frames, checkpoint)
+            if stop.requested:
+                break
 
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     collector.shutdown()
-    report(cfg, recorder, build_partial(cfg, "env.make_single"), policy, group)
+    if not stop.requested:
+        report(cfg, recorder, build_partial(cfg, "env.make_single"), policy, group)
+    recorder.finish()
+    stop.exit_if_requested(recorder.run_dir)
 
 
 def report(

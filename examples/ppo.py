@@ -6,8 +6,11 @@ Run from the repository root:
     python examples/ppo.py env=pendulum_batched collector.total_frames=1000000
     python examples/ppo.py resume=outputs/ppo/<run>/checkpoint.pt collector.total_frames=400000
     python examples/ppo.py --multirun +sweep=ppo_optuna   # Optuna: learning rate, clip range
+    python examples/ppo.py logger=tensorboard video.enabled=true   # + event files, a video
 
-The run directory (Hydra's output dir) receives metrics.csv, return.png and checkpoint.pt.
+The run directory (Hydra's output dir) receives config.yaml (resolved), metrics.csv, return.png
+and checkpoint.pt; with a logger, its files (tensorboard/, wandb/, mlruns/); with video.enabled,
+videos/*.mp4. Ctrl-C stops the run after the current batch, checkpoint and metrics written.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from common.config import (
 )
 from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
+from common.interrupt import StopOnInterrupt
 from common.metrics import WINDOW_RETURN
-from common.recorder import RunRecorder
+from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
+from common.video import EvaluationVideo
 from omegaconf import DictConfig
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -231,30 +236,43 @@ def train(cfg: DictConfig) -> float:
 
     minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
     recorder = RunRecorder.for_run(
-        cfg, collector, state, f"PPO {cfg.env.id}", extra_columns=LOSS_COLUMNS
+        cfg, collector, state, f"PPO {cfg.env.id}", extra_columns=(*LOSS_COLUMNS, WEIGHT_UPDATE)
     )
+    video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
+    eval_seed = cfg.seed + EVAL_SEED_OFFSET
 
-    for data in collector:
-        # --- advantages: one value-network call over the batch ---
-        data = gae(data)
+    with StopOnInterrupt() as stop:  # Ctrl-C: leave the loop, save, exit
+        for iteration, data in enumerate(collector, 1):
+            # --- advantages: one value-network call over the batch ---
+            data = gae(data)
 
-        # --- update: epochs of shuffled minibatches ---
-        settings = batch_settings(cfg, collector, lr_schedule)
-        transitions = data.select(key, *LOSS_INPUTS)  # shuffle only what the loss reads
-        means = update(cfg, actor, critic, optimizer, transitions, minibatch_size, key, settings)
+            # --- update: epochs of shuffled minibatches ---
+            settings = batch_settings(cfg, collector, lr_schedule)
+            transitions = data.select(key, *LOSS_INPUTS)  # shuffle only what the loss reads
+            means = update(
+                cfg, actor, critic, optimizer, transitions, minibatch_size, key, settings
+            )
 
-        # --- push the new weights to the collector, log, checkpoint ---
-        collector.update_policy_weights_()
-        lr = optimizer.param_groups[0]["lr"]
-        recorder.log(collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon)
-        if recorder.checkpoint_due(collector.frames):
-            recorder.save(collector.frames, checkpoint)
+            # --- push the new weights to the collector, log, checkpoint, video ---
+            with recorder.timed(WEIGHT_UPDATE):
+                collector.update_policy_weights_()
+            lr = optimizer.param_groups[0]["lr"]
+            recorder.log(collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon)
+            if recorder.checkpoint_due(collector.frames):
+                recorder.save(collector.frames, checkpoint)
+            if video.due(iteration, last=collector.is_done):
+                video.record(policy, collector.frames, eval_seed)
+            if stop.requested:
+                break
 
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     collector.shutdown()
-    eval_seed = cfg.seed + EVAL_SEED_OFFSET
-    report_run(recorder, env_factory, policy, cfg.eval_episodes, seed=eval_seed)
+    if not stop.requested:
+        report_run(recorder, env_factory, policy, cfg.eval_episodes, seed=eval_seed)
+        video.record(policy, collector.frames, eval_seed)
+    recorder.finish()
+    stop.exit_if_requested(recorder.run_dir)
     return float(recorder.last_row.get(WINDOW_RETURN, float("nan")))
 
 

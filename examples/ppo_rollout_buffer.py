@@ -33,8 +33,10 @@ from common.config import (
 )
 from common.env_info import EnvInfo, probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
-from common.recorder import RunRecorder
+from common.interrupt import StopOnInterrupt
+from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
+from common.video import EvaluationVideo
 from omegaconf import DictConfig
 from ppo import LOSS_COLUMNS, LossSettings, TrainingParts, batch_settings, ppo_loss
 from ppo import check_config as check_ppo_config
@@ -162,38 +164,53 @@ def train(cfg: DictConfig) -> None:
 
     minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
     recorder = RunRecorder.for_run(
-        cfg, collector, state, f"PPO (RolloutBuffer) {cfg.env.id}", extra_columns=LOSS_COLUMNS
+        cfg,
+        collector,
+        state,
+        f"PPO (RolloutBuffer) {cfg.env.id}",
+        extra_columns=(*LOSS_COLUMNS, WEIGHT_UPDATE),
     )
+    greedy_policy = TensorDictModule(
+        actor, in_keys=[info.observation_key], out_keys=[keys.ACTION, keys.SAMPLE_LOG_PROB]
+    )
+    video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
+    eval_seed = cfg.seed + EVAL_SEED_OFFSET
 
-    while not collector.is_done:
-        # --- collect: the page's rollout, values and bootstrap value written in place ---
-        rollout = collector.collect(num_steps=rollout_len, rollout=buffer.start_rollout())
-        buffer.add(rollout)
+    with StopOnInterrupt() as stop:
+        iteration = 0
+        while not collector.is_done and not stop.requested:
+            # --- collect: the page's rollout, values and bootstrap value written in place ---
+            rollout = collector.collect(num_steps=rollout_len, rollout=buffer.start_rollout())
+            buffer.add(rollout)
 
-        # --- advantages: GAE over the [N, T + 1] rollout (value[:, -1] bootstraps) ---
-        rollout = buffer.get(flatten=False)
-        gae(rollout)
+            # --- advantages: GAE over the [N, T + 1] rollout (value[:, -1] bootstraps) ---
+            rollout = buffer.get(flatten=False)
+            gae(rollout)
 
-        # --- update: epochs of shuffled minibatches of the N * T transitions ---
-        settings = batch_settings(cfg, collector, lr_schedule)
-        flat_rollout = transition_view(rollout, flatten=True)
-        means = update(cfg, actor, critic, optimizer, flat_rollout, minibatch_size, settings)
+            # --- update: epochs of shuffled minibatches of the N * T transitions ---
+            settings = batch_settings(cfg, collector, lr_schedule)
+            flat_rollout = transition_view(rollout, flatten=True)
+            means = update(cfg, actor, critic, optimizer, flat_rollout, minibatch_size, settings)
 
-        # --- push the new weights to the collector, log, checkpoint ---
-        collector.update_policy_weights_()
-        lr = optimizer.param_groups[0]["lr"]
-        recorder.log(collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon)
-        if recorder.checkpoint_due(collector.frames):
-            recorder.save(collector.frames, checkpoint)
+            # --- push the new weights to the collector, log, checkpoint, video ---
+            with recorder.timed(WEIGHT_UPDATE):
+                collector.update_policy_weights_()
+            lr = optimizer.param_groups[0]["lr"]
+            recorder.log(collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon)
+            if recorder.checkpoint_due(collector.frames):
+                recorder.save(collector.frames, checkpoint)
+            iteration += 1
+            if video.due(iteration, last=collector.is_done):
+                video.record(greedy_policy, collector.frames, eval_seed)
 
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     collector.shutdown()
-    greedy_policy = TensorDictModule(
-        actor, in_keys=[info.observation_key], out_keys=[keys.ACTION, keys.SAMPLE_LOG_PROB]
-    )
-    eval_seed = cfg.seed + EVAL_SEED_OFFSET
-    report_run(recorder, env_factory, greedy_policy, cfg.eval_episodes, seed=eval_seed)
+    if not stop.requested:
+        report_run(recorder, env_factory, greedy_policy, cfg.eval_episodes, seed=eval_seed)
+        video.record(greedy_policy, collector.frames, eval_seed)
+    recorder.finish()
+    stop.exit_if_requested(recorder.run_dir)
 
 
 @hydra.main(config_path="conf", config_name=SCRIPT, version_base=None)

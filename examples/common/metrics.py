@@ -12,7 +12,16 @@ MEAN_RETURN = "mean_episode_return"
 WINDOW_RETURN = "mean_return_last_100"
 EVAL_RETURN = "eval_return"
 FINAL_EVAL_RETURN = "final_eval_return"
-BASE_COLUMNS = (FRAMES, "wall_time_s", "frames_per_second", "episodes", MEAN_RETURN, WINDOW_RETURN)
+EPISODE_LENGTH = "mean_episode_length"
+BASE_COLUMNS = (
+    FRAMES,
+    "wall_time_s",
+    "frames_per_second",
+    "episodes",
+    MEAN_RETURN,
+    WINDOW_RETURN,
+    EPISODE_LENGTH,
+)
 
 
 class MetricsLog:

@@ -5,22 +5,35 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from .checkpoint import CHECKPOINT_NAME, save_checkpoint
-from .metrics import FINAL_EVAL_RETURN, MEAN_RETURN, MetricsLog, plot_returns, set_in_last_row
+from .loggers import ExperimentLogger, finite_scalars
+from .metrics import (
+    EPISODE_LENGTH,
+    FINAL_EVAL_RETURN,
+    FRAMES,
+    MEAN_RETURN,
+    MetricsLog,
+    plot_returns,
+    set_in_last_row,
+)
 
 METRICS_NAME = "metrics.csv"
 PLOT_NAME = "return.png"
+CONFIG_NAME = "config.yaml"
+WEIGHT_UPDATE = "weight_update_s"  # seconds of the last update_policy_weights_()
 
 
 class RunRecorder:
     """Everything a run leaves behind, in `run_dir`: `metrics.csv`, `return.png`, and
-    `checkpoint.pt` (written every `checkpoint_every` frames and at the end).
+    `checkpoint.pt` (written every `checkpoint_every` frames and at the end); each metrics
+    row also goes to the run's experiment logger (TensorBoard, W&B, MLflow), at its frames.
 
     Args:
         run_dir: the run directory (Hydra's output dir).
@@ -35,6 +48,7 @@ class RunRecorder:
         previous_run: the run dir of the checkpoint this run resumes; a new run dir starts
             with its metrics rows.
         elapsed: wall-clock seconds spent by the runs this one resumes.
+        logger: the experiment logger that gets each row's scalars (default: none but the CSV).
 
     Examples:
         >>> import tempfile
@@ -58,8 +72,13 @@ class RunRecorder:
         elapsed: float = 0.0,
         progress: bool = True,
         previous_run: Path | None = None,
+        logger: ExperimentLogger | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.logger = logger if logger is not None else ExperimentLogger()
+        self._timings: dict[str, float] = {}
+        # Frames and episodes at the last row (episodes unknown at the start of a resumed run).
+        self._last_count: tuple[int, float] = (start_frames, math.nan if resumed else 0)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resumed and previous_run is not None:
             self._carry_metrics_over(Path(previous_run))
@@ -97,14 +116,23 @@ class RunRecorder:
     ) -> RunRecorder:
         """The recorder of an example's run: in Hydra's output dir, counting the collector's
         frames, carrying a resumed run's metrics and elapsed time over (`state` is the
-        checkpoint resumed from, empty for a fresh run)."""
+        checkpoint resumed from, empty for a fresh run), with the experiment logger of
+        `cfg.logger`. The resolved config is saved as `config.yaml` in the run dir (Hydra's
+        `.hydra/config.yaml` keeps the interpolations) and handed to the logger."""
         from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf
 
-        from .config import resume_path
+        from .config import build, resume_path
 
         previous = resume_path(cfg) if state else None
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, run_dir / CONFIG_NAME, resolve=True)
+        logger = build(cfg, "logger", run_dir=run_dir) if "logger" in cfg else None
+        if logger is not None:
+            logger.log_config(OmegaConf.to_container(cfg, resolve=True))
         return cls(
-            Path(HydraConfig.get().runtime.output_dir),
+            run_dir,
             collector.total_frames,
             collector.frames,
             extra_columns=extra_columns,
@@ -114,6 +142,7 @@ class RunRecorder:
             previous_run=previous.parent if previous is not None else None,
             elapsed=float(state.get("elapsed", 0.0)),
             progress=cfg.progress,
+            logger=logger,
         )
 
     def _carry_metrics_over(self, previous_run: Path) -> None:
@@ -140,14 +169,45 @@ class RunRecorder:
         return time.perf_counter() - self._clock_start
 
     def log(self, stats: Mapping[str, Any], **extra: float) -> None:
-        """Advance the bar to `stats["frames"]` and write a metrics row (`stats` + `extra`)."""
+        """Advance the bar to `stats["frames"]` and write a metrics row (`stats` + `extra`, the
+        timings of `timed` blocks since the last row, the episode length) to the CSV, and its
+        finite scalars to the experiment logger."""
         frames = int(stats["frames"])
-        row = {**stats, "wall_time_s": self.elapsed, **extra}
+        row = {
+            **stats,
+            "wall_time_s": self.elapsed,
+            EPISODE_LENGTH: self._episode_length(frames, stats.get("episodes", math.nan)),
+            **self._timings,
+            **extra,
+        }
+        self._timings = {}
         self.metrics.write(row)
+        logged = {name: row[name] for name in self.metrics.columns if name in row}
+        logged.pop(FRAMES, None)
+        self.logger.log_metrics(finite_scalars(logged), frames)
         self.last_row = row
         self.bar.set_postfix({"return": f"{row.get(MEAN_RETURN, math.nan):.1f}"}, refresh=False)
         self.bar.update(frames - self._bar_frames)
         self._bar_frames = frames
+
+    def _episode_length(self, frames: int, episodes: float) -> float:
+        """Frames per episode finished since the last row: the mean episode length in steady
+        state (the collector's stats count episodes, not their lengths). NaN when none
+        finished."""
+        last_frames, last_episodes = self._last_count
+        self._last_count = (frames, float(episodes))
+        finished = float(episodes) - last_episodes
+        return (frames - last_frames) / finished if finished > 0 else math.nan
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Time the block; its seconds go in the next row under `name` (e.g. the weight
+        update: `with recorder.timed(WEIGHT_UPDATE): collector.update_policy_weights_()`)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._timings[name] = time.perf_counter() - start
 
     def checkpoint_due(self, frames: int) -> bool:
         """Whether `frames` passed the next checkpoint interval."""
@@ -167,10 +227,16 @@ class RunRecorder:
         """Add the greedy evaluation a run ends with to its last metrics row (column
         `final_eval_return`) and to the plot."""
         set_in_last_row(self.metrics.path, FINAL_EVAL_RETURN, mean_return)
+        self.logger.log_metrics(finite_scalars({FINAL_EVAL_RETURN: mean_return}), self.frames)
         self.plot()
 
     def close(self) -> None:
-        """Close the bar and the CSV file and draw the final plot."""
+        """Close the bar and the CSV file and draw the final plot (the experiment logger stays
+        open for the final evaluation and its video: `finish()` closes it)."""
         self.bar.close()
         self.metrics.close()
         self.plot()
+
+    def finish(self) -> None:
+        """Close the experiment logger: the end of the run."""
+        self.logger.close()
