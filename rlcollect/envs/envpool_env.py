@@ -102,6 +102,8 @@ class EnvPoolEnv(EnvBase):
         self._pools: list[Pool] = make_pools(
             env_id, self.num_envs, self._pool_size, int(seed), num_threads, make_kwargs
         )
+        # The seed of pools that have not been used yet: seeding them with it again is free.
+        self._unused_seed: int | None = int(seed)
         super().__init__(batch_size=(self.num_envs,), device="cpu")
         with quiet_spaces():
             spec = self._pools[0].handle.spec
@@ -146,6 +148,7 @@ class EnvPoolEnv(EnvBase):
 
     def _reset_rows(self, t: int, selected: np.ndarray | None) -> None:
         """Reset the envs of `selected` (all when None) into the root at `t`, flags cleared."""
+        self._unused_seed = None
         root_observation = self._rows.root_observations[0]
         for pool in self._pools:
             if selected is None:
@@ -201,6 +204,8 @@ class EnvPoolEnv(EnvBase):
     # --- protocol -----------------------------------------------------------------------------
 
     def _set_seed(self, seed: int) -> int:
+        if seed == self._unused_seed:
+            return seed + self.num_envs
         # EnvPool takes its seed at construction only, so the pools are rebuilt.
         self._close_pools()
         self._pools = make_pools(
@@ -211,6 +216,7 @@ class EnvPoolEnv(EnvBase):
             self._num_threads,
             self._make_kwargs,
         )
+        self._unused_seed = seed
         return seed + self.num_envs
 
     def _close_pools(self) -> None:

@@ -139,8 +139,20 @@ def test_set_seed_gives_env_i_seed_plus_i() -> None:
     first = env.reset()[keys.OBSERVATION]
     single = EnvPoolEnv("CartPole-v1", 2, seed=12)
     torch.testing.assert_close(first[2:], single.reset()[keys.OBSERVATION])
+    env.set_seed(10)  # used pools are rebuilt: the same start states again
+    torch.testing.assert_close(env.reset()[keys.OBSERVATION], first)
     env.close()
     single.close()
+
+
+def test_seeding_unused_pools_with_their_seed_keeps_them() -> None:
+    env = EnvPoolEnv("CartPole-v1", 2, seed=7)
+    pools = list(env._pools)
+    env.set_seed(7)
+    assert env._pools == pools
+    env.set_seed(8)
+    assert env._pools != pools
+    env.close()
 
 
 def test_pong_frames_and_specs() -> None:
