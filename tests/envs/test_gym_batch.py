@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 from rlcollect import keys
 from rlcollect.envs import GymEnv, SerialEnv, allocate_carrier
 from rlcollect.envs.base import EnvBase
-from rlcollect.envs.gym_batch import GymBatch
+from rlcollect.envs.gym_batch import MIN_ENVS, GymBatch
 
 STEPS = 40
 SEED = 3
@@ -42,14 +42,14 @@ def run_buffer_face(env: EnvBase, seed: int, actions: torch.Tensor) -> TensorDic
 @pytest.mark.parametrize("case", list(CASES))
 def test_batched_step_writes_what_each_sub_env_writes(case: str) -> None:
     make = CASES[case]
-    batched = SerialEnv(4, make)
+    batched = SerialEnv(MIN_ENVS, make)
     assert GymBatch.of(batched.envs) is not None, "the batched face must be the one under test"
     torch.manual_seed(0)
     actions = torch.stack([batched.action_spec.rand() for _ in range(STEPS + 1)], 1)
     data = run_buffer_face(batched, SEED, actions)
     batched.close()
     assert data[keys.NEXT, keys.DONE].any(), "the run must cross an episode end"
-    for index in range(4):
+    for index in range(MIN_ENVS):
         single = make()
         expected = run_buffer_face(single, SEED + index, actions[index])
         single.close()
@@ -58,13 +58,13 @@ def test_batched_step_writes_what_each_sub_env_writes(case: str) -> None:
 
 
 def test_batched_step_resets_only_the_envs_that_ended() -> None:
-    env = SerialEnv(3, lambda: GymEnv("Pendulum-v1", max_episode_steps=5))
-    actions = torch.zeros(3, STEPS + 1, 1)
+    env = SerialEnv(MIN_ENVS, lambda: GymEnv("Pendulum-v1", max_episode_steps=5))
+    actions = torch.zeros(MIN_ENVS, STEPS + 1, 1)
     data = run_buffer_face(env, SEED, actions)
     env.close()
     done = data[keys.NEXT, keys.DONE][..., :STEPS, 0]
     assert done[:, 4::5].all()
-    assert done.sum() == 3 * (STEPS // 5)
+    assert done.sum() == MIN_ENVS * (STEPS // 5)
     carried = data[keys.OBSERVATION][:, 1 : STEPS + 1][~done]
     assert torch.equal(carried, data[keys.NEXT, keys.OBSERVATION][:, :STEPS][~done])
     reset = data[keys.OBSERVATION][:, 1 : STEPS + 1][done]
@@ -82,12 +82,13 @@ class DictObservation(gym.ObservationWrapper):
         return {"state": observation}
 
 
-def test_sub_envs_that_need_their_own_face_are_not_batched() -> None:
-    dict_env = SerialEnv(2, lambda: GymEnv(DictObservation(gym.make("CartPole-v1"))))
-    plain = SerialEnv(2, lambda: GymEnv(gym.make("CartPole-v1")))
+def test_few_sub_envs_or_ones_that_need_their_own_face_are_not_batched() -> None:
+    dict_env = SerialEnv(MIN_ENVS, lambda: GymEnv(DictObservation(gym.make("CartPole-v1"))))
+    plain = SerialEnv(MIN_ENVS, lambda: GymEnv(gym.make("CartPole-v1")))
     assert GymBatch.of(dict_env.envs) is None
     assert GymBatch.of([*plain.envs, dict_env.envs[0]]) is None
     assert GymBatch.of(plain.envs) is not None
+    assert GymBatch.of(plain.envs[: MIN_ENVS - 1]) is None, "too few to be worth batching"
     carrier = allocate_carrier(dict_env.full_spec, steps=3)
     dict_env.set_seed(0)
     dict_env.bind(carrier)
