@@ -148,20 +148,22 @@ class EnvPoolEnv(EnvBase):
 
     def _reset_rows(self, t: int, selected: np.ndarray | None) -> None:
         """Reset the envs of `selected` (all when None) into the root at `t`, flags cleared."""
-        self._unused_seed = None
-        root_observation = self._rows.root_observations[0]
         for pool in self._pools:
             if selected is None:
-                observation, info = pool.handle.reset()
-            else:
-                local = np.flatnonzero(selected[pool.start : pool.start + pool.size])
-                if not len(local):
-                    continue
-                observation, info = pool.handle.reset(local.astype(np.int32))
-            root_observation[pool.rows(info["env_id"]), t] = observation
-        rows_of = slice(None) if selected is None else selected
+                self._reset_pool(pool, t, None)
+                continue
+            local = np.flatnonzero(selected[pool.start : pool.start + pool.size])
+            if len(local):
+                self._reset_pool(pool, t, local.astype(np.int32))
+
+    def _reset_pool(self, pool: Pool, t: int, local_ids: np.ndarray | None) -> None:
+        """Reset the envs `local_ids` of `pool` (all when None) into the root at `t`."""
+        self._unused_seed = None
+        observation, info = pool.handle.reset(local_ids)
+        at = pool.rows(info["env_id"])
+        self._rows.root_observations[0][at, t] = observation
         for flag in self._rows.root_flags:
-            flag[rows_of, t] = False
+            flag[at, t] = False
 
     def step_into(self, t: int) -> None:
         self._check_open()
@@ -177,13 +179,12 @@ class EnvPoolEnv(EnvBase):
 
     def step_and_advance_into(self, t: int) -> None:
         self._check_open()
-        done = self._step_rows(t, next_root=True)
-        if done.any():
-            self._reset_rows(t + 1, done)
+        self._step_rows(t, next_root=True)
 
-    def _step_rows(self, t: int, next_root: bool) -> np.ndarray:
-        """Send the actions at `t`, write each received batch into `"next"` at `t` (and into the
-        root at `t + 1` when `next_root`); returns which envs are done."""
+    def _step_rows(self, t: int, next_root: bool) -> None:
+        """Send the actions at `t` and write each received batch into `"next"` at `t`. With
+        `next_root`, also fill the root at `t + 1`, resetting each pool's finished envs as soon
+        as its batch is in, while the other pools may still be stepping."""
         rows = self._rows
         actions = self._read_actions(rows.action[:, t])
         for pool in self._pools:
@@ -198,8 +199,10 @@ class EnvPoolEnv(EnvBase):
             rows.reward[at, t, 0] = reward
             terminated_rows[at, t, 0] = terminated
             truncated_rows[at, t, 0] = truncated
-            done_rows[at, t, 0] = terminated | truncated
-        return done_rows[:, t, 0].copy()
+            done = terminated | truncated
+            done_rows[at, t, 0] = done
+            if next_root and done.any():
+                self._reset_pool(pool, t + 1, info["env_id"][done])
 
     # --- protocol -----------------------------------------------------------------------------
 
