@@ -5,14 +5,17 @@ Run from the repository root:
     python examples/sac.py                                  # Pendulum-v1, 12k frames
     python examples/sac.py sac.utd_ratio=2 optim.lr=3e-4    # two gradient steps per frame
     python examples/sac.py resume=outputs/sac/<run>/checkpoint.pt collector.total_frames=30000
+    python examples/sac.py logger=tensorboard video.enabled=true   # + event files, a video
 
 `collector.start()` runs collection in a thread (uniformly random actions for the first
 `collector.init_random_frames`, then the squashed-Gaussian policy on a copy of the actor); the
 learner keeps `sac.utd_ratio` gradient steps per collected frame, pausing collection when it
 falls behind, and pushes the actor's weights with `update_policy_weights_`. Pendulum counts as
 solved when the mean return of the last 10 training episodes (`mean_return_last_10`) reaches
--200. The run directory receives metrics.csv, return.png and checkpoint.pt (the replay buffer
-is not saved: a resumed run refills it).
+-200. The run directory receives config.yaml (resolved), metrics.csv, return.png and
+checkpoint.pt (the replay buffer is not saved: a resumed run refills it); with a logger, its
+files; with video.enabled, videos/*.mp4. Ctrl-C stops the run after the current gradient
+steps, checkpoint and metrics written.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from common.config import (
 )
 from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
+from common.interrupt import StopOnInterrupt
 from common.off_policy import CollectionThrottle, RecentReturns, StallWatch, UpdatePacer
-from common.recorder import RunRecorder
+from common.recorder import WEIGHT_UPDATE, RunRecorder
+from common.video import EvaluationVideo
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -63,6 +68,7 @@ EXTRA_COLUMNS = (
     "lr",
     "updates",
     "buffer_size",
+    WEIGHT_UPDATE,
 )
 STATE_ENTRIES = ("actor", "critic", "target_critic", "log_alpha", "optimizer", "collector")
 
@@ -187,7 +193,7 @@ def check_config(cfg: DictConfig) -> None:
     """Stop before any work when the config is wrong, naming the key."""
     validate(
         cfg,
-        targets=["env.make", "collector", "replay_buffer", "actor", "critic", "optim"],
+        targets=["env.make", "collector", "replay_buffer", "actor", "critic", "optim", "logger"],
         positive_ints=[
             "sac.sync_every",
             "sac.collect_ahead",
@@ -280,18 +286,30 @@ def train(cfg: DictConfig) -> float:
             "collector": collector.state_dict(),
         }
 
-    # --- collect in the background, learn in the foreground ---
-    collector.start()
-    try:
-        learn(cfg, collector, (replay_buffer, throttle, recent), learner, recorder, checkpoint)
-    finally:
-        throttle.open()
-        collector.async_shutdown()
-    recorder.save(collector.frames, checkpoint)
-    recorder.close()
+    video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
     greedy = TensorDictModule(actor, in_keys=[key], out_keys=[keys.ACTION])
     eval_seed = cfg.seed + EVAL_SEED_OFFSET
-    report_run(recorder, env_factory, greedy, cfg.eval_episodes, ["updates"], eval_seed)
+
+    # --- collect in the background, learn in the foreground ---
+    collector.start()
+    with StopOnInterrupt() as stop:  # Ctrl-C: leave the loop, save, exit
+        try:
+            parts = (replay_buffer, throttle, recent)
+            learn(cfg, collector, parts, learner, recorder, checkpoint, stop, video, greedy)
+        finally:
+            throttle.open()
+            collector.async_shutdown()
+    # After the shutdown: the last batch is in the buffer and counted by `recent` now.
+    last = recorder.last_row
+    if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
+        log_row(collector, replay_buffer, learner, recent, recorder)
+    recorder.save(collector.frames, checkpoint)
+    recorder.close()
+    if not stop.requested:
+        report_run(recorder, env_factory, greedy, cfg.eval_episodes, ["updates"], eval_seed)
+        video.record(greedy, collector.frames, eval_seed)
+    recorder.finish()
+    stop.exit_if_requested(recorder.run_dir)
     return float(recorder.last_row.get(RECENT_RETURN, math.nan))
 
 
@@ -302,15 +320,21 @@ def learn(
     learner: Learner,
     recorder: RunRecorder,
     checkpoint: Any,
+    stop: StopOnInterrupt,
+    video: EvaluationVideo,
+    greedy: Any,
 ) -> None:
     """The learner loop: keep pace with collection (and it with the learner), push weights,
-    log, checkpoint. `data` is the replay buffer and the collector's two hooks."""
+    log, checkpoint, record a video of `greedy` every `video.every` rows; until the collector
+    is done or `stop` is requested (Ctrl-C). `data` is the replay buffer and the collector's
+    two hooks."""
     replay_buffer, throttle, recent = data
     pacer = UpdatePacer(cfg.sac.utd_ratio, cfg.sac.learning_starts)
     watch = StallWatch(collector, cfg.sac.stall_timeout_s)
     next_log = collector.frames + cfg.log_every
     synced_at = learner.updates
-    while True:
+    rows = 0
+    while not stop.requested:
         # Read "done" before the frame count: once done, `frames` is final and the learner
         # owes exactly the steps for it.
         finished = collector.is_done
@@ -318,6 +342,9 @@ def learn(
         if frames >= next_log:
             log_row(collector, replay_buffer, learner, recent, recorder)
             next_log += cfg.log_every * ((frames - next_log) // cfg.log_every + 1)  # on the grid
+            rows += 1
+            if video.due(rows, last=finished):
+                video.record(greedy, frames, cfg.seed + EVAL_SEED_OFFSET)
         if recorder.checkpoint_due(frames):
             with throttle.opened(), collector.pause():  # the batch in flight may be held
                 recorder.save(collector.frames, checkpoint)
@@ -331,11 +358,9 @@ def learn(
         learner.run(lag, replay_buffer)
         throttle.allow(frames)  # trained on them: the collector may go on
         if learner.updates - synced_at >= cfg.sac.sync_every:
-            collector.update_policy_weights_(learner.actor)
+            with recorder.timed(WEIGHT_UPDATE):
+                collector.update_policy_weights_(learner.actor)
             synced_at = learner.updates
-    last = recorder.last_row
-    if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
-        log_row(collector, replay_buffer, learner, recent, recorder)
 
 
 def log_row(

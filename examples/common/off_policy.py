@@ -65,8 +65,10 @@ class CollectionThrottle:
         self._condition = threading.Condition()
 
     def watch(self, collector: Any) -> None:
-        """Throttle `collector` (the one this hook was given to)."""
-        self.collector = collector
+        """Throttle `collector` (the one this hook was given to), from its frames now."""
+        with self._condition:
+            self.collector = collector
+            self._limit = collector.frames + self.frames_ahead
 
     def allow(self, learned_frames: int) -> None:
         """The learner has trained on the first `learned_frames` frames: let the collector
