@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)  # Hydra sends it to the console and the job l
 
 def train(cfg: DictConfig) -> None:
     # --- set-up: everything from the config, checked before any work ---
-    targets = ["env.make", "collector"] + (["policy"] if cfg.policy is not None else [])
+    targets = ["env.make", "collector", "logger"] + (["policy"] if cfg.policy is not None else [])
     validate(cfg, targets=targets, positive_ints=["torch_threads"])
     state: dict[str, Any] = resume_state(cfg, "collect", ("collector",))
     torch.set_num_threads(cfg.torch_threads)

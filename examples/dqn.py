@@ -46,7 +46,7 @@ from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
-from common.video import EvaluationVideo
+from common.video import EvaluationVideo, check_video_config
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -159,7 +159,7 @@ def check_config(cfg: DictConfig) -> None:
     """Stop before any work when the config is wrong, naming the key."""
     validate(
         cfg,
-        targets=["env.make", "collector", "replay_buffer", "q_network", "optim"],
+        targets=["env.make", "collector", "replay_buffer", "q_network", "optim", "logger"],
         positive_ints=[
             "dqn.frames_per_update",
             "dqn.target_update_every",
@@ -179,6 +179,7 @@ def check_config(cfg: DictConfig) -> None:
         nonnegative_ints=["eval_episodes", "eval_every", "dqn.learning_starts"],
         positive_numbers=["dqn.max_grad_norm", "dqn.stall_timeout_s"],
     )
+    check_video_config(cfg)
     refuse_collector_option(
         cfg,
         "collector.split_trajs",
@@ -312,7 +313,7 @@ def train(cfg: DictConfig) -> None:
             columns=["updates"],
             seed=evaluation.fresh_seed,  # other episodes than those the best policy was picked on
         )
-        video.record(greedy_policy, collector.frames, evaluation.fresh_seed)
+        video.record(greedy_policy, collector.frames, evaluation.fresh_seed, final=True)
         evaluation.report_best()
     recorder.finish()
     stop.exit_if_requested(recorder.run_dir)

@@ -67,7 +67,8 @@ def check_config(cfg: DictConfig) -> None:
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as err:
         raise ConfigError(f"{getattr(err, 'full_key', None) or 'config'}: {err}") from err
-    for key in ["env.make", "env.make_single", "collector", "actor", "critic", "optim", "gae"]:
+    targets = ["env.make", "env.make_single", "collector", "actor", "critic", "optim", "gae"]
+    for key in [*targets, "logger"]:
         require_target(cfg, key)
         check_target_arguments(cfg, key)
     for key in ["collector.frames_per_batch", "ppo.epochs", "ppo.num_minibatches", "torch_threads"]:

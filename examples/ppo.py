@@ -39,7 +39,7 @@ from common.interrupt import StopOnInterrupt
 from common.metrics import WINDOW_RETURN
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
-from common.video import EvaluationVideo
+from common.video import EvaluationVideo, check_video_config
 from omegaconf import DictConfig
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -141,7 +141,7 @@ def check_config(cfg: DictConfig) -> None:
     """Stop before any work when the config is wrong, naming the key."""
     validate(
         cfg,
-        targets=["env.make", "collector", "actor", "critic", "optim", "gae"],
+        targets=["env.make", "collector", "actor", "critic", "optim", "gae", "logger"],
         positive_ints=["ppo.epochs", "ppo.num_minibatches", "torch_threads"],
         nonnegative_ints=["eval_episodes"],
         fractions=["gae.gamma", "gae.lmbda"],
@@ -159,6 +159,7 @@ def check_config(cfg: DictConfig) -> None:
         "PPO's loss needs the log-probability of each action under the policy that chose it; "
         "random actions have none. Leave collector.init_random_frames unset.",
     )
+    check_video_config(cfg)
     minibatch = cfg.collector.frames_per_batch // cfg.ppo.num_minibatches
     if minibatch < 1:
         raise ConfigError(
@@ -270,7 +271,7 @@ def train(cfg: DictConfig) -> float:
     collector.shutdown()
     if not stop.requested:
         report_run(recorder, env_factory, policy, cfg.eval_episodes, seed=eval_seed)
-        video.record(policy, collector.frames, eval_seed)
+        video.record(policy, collector.frames, eval_seed, final=True)
     recorder.finish()
     stop.exit_if_requested(recorder.run_dir)
     return float(recorder.last_row.get(WINDOW_RETURN, float("nan")))

@@ -208,7 +208,7 @@ def train(cfg: DictConfig) -> None:
     collector.shutdown()
     if not stop.requested:
         report_run(recorder, env_factory, greedy_policy, cfg.eval_episodes, seed=eval_seed)
-        video.record(greedy_policy, collector.frames, eval_seed)
+        video.record(greedy_policy, collector.frames, eval_seed, final=True)
     recorder.finish()
     stop.exit_if_requested(recorder.run_dir)
 

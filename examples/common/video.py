@@ -49,13 +49,28 @@ def gym_env_node(cfg: DictConfig) -> dict[str, Any]:
     )
 
 
+def check_video_config(cfg: DictConfig) -> None:
+    """Check the `video` node before any work: `enabled` a bool, `every` an int >= 0,
+    `max_steps` a positive int, and, when enabled, an env made of Gymnasium envs.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    require_bool(cfg, "video.enabled")
+    require_nonnegative_int(cfg, "video.every")
+    require_positive_int(cfg, "video.max_steps")
+    if cfg.video.enabled:
+        gym_env_node(cfg)
+
+
 class EvaluationVideo:
     """Records one greedy episode of a policy (the end of a run's evaluation, and every
     `video.every` iterations when set) with Gymnasium's `RecordVideo` on a fresh env made
     from the run's env config with `render_mode="rgb_array"`.
 
     A video of an episode of n steps has n + 1 frames (the reset's, then one per step), at
-    the env's `render_fps`. Files are `<run dir>/videos/eval-<frames>-episode-0.mp4`.
+    the env's `render_fps`. Files are `<run dir>/videos/eval-<frames>-episode-0.mp4`, and
+    `final-<frames>-episode-0.mp4` for the one at the end.
 
     Args:
         cfg: the run's config (`video.enabled`, `video.every`, `video.max_steps`, `env`).
@@ -64,9 +79,7 @@ class EvaluationVideo:
     """
 
     def __init__(self, cfg: DictConfig, run_dir: Path, logger: ExperimentLogger) -> None:
-        require_bool(cfg, "video.enabled")
-        require_nonnegative_int(cfg, "video.every")
-        require_positive_int(cfg, "video.max_steps")
+        check_video_config(cfg)
         self.enabled = bool(cfg.video.enabled)
         self.every = int(cfg.video.every)
         self.max_steps = int(cfg.video.max_steps)
@@ -86,16 +99,17 @@ class EvaluationVideo:
         the `last` one, whose video the end of the run records."""
         return self.enabled and self.every > 0 and iteration % self.every == 0 and not last
 
-    def record(self, policy: Any, frames: int, seed: int) -> Path | None:
+    def record(self, policy: Any, frames: int, seed: int, final: bool = False) -> Path | None:
         """Record a greedy episode of `policy` (a TensorDict module) seeded with `seed`, at
-        `frames` frames of training; None when videos are off."""
+        `frames` frames of training (the `final` one: at the end of the run); None when
+        videos are off."""
         if not self.enabled:
             return None
         make = dict(self._make)
         gym_env = gym.make(make.pop("env"), render_mode="rgb_array", **make)
         gym_env.reset(seed=seed)  # the recorded episode starts at the next reset
         gym_env.action_space.seed(seed)
-        name = f"eval-{frames}"
+        name = f"{'final' if final else 'eval'}-{frames}"
         with warnings.catch_warnings():  # one folder for all of a run's videos is the plan
             warnings.filterwarnings("ignore", "(?s).*Overwriting existing videos")
             recorded = RecordVideo(

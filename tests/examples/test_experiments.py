@@ -141,7 +141,7 @@ def test_tensorboard_logger_and_videos(tensorboard_run: tuple[Path, str]) -> Non
     # --- videos after iteration 1 and at the end: mp4 files of n steps + 1 frames ---
     recorded = dict(re.findall(r"video (\S+\.mp4): a greedy episode of (\d+) steps", output))
     videos = sorted((run_dir / "videos").glob("*.mp4"))
-    assert [path.name for path in videos] == ["eval-256-episode-0.mp4", "eval-512-episode-0.mp4"]
+    assert [path.name for path in videos] == ["eval-256-episode-0.mp4", "final-512-episode-0.mp4"]
     for path in videos:
         frames = iio.imread(path, plugin="FFMPEG")
         steps = int(recorded[str(path)])
@@ -220,6 +220,38 @@ def test_ctrl_c_ends_a_wandb_run_saved_and_the_same_seed_trains_the_same(
         logged = history[int(row["frames"])]
         for tag in ("mean_episode_return", "loss_value", "lr", "frames_per_second"):
             assert float(logged[tag]) == pytest.approx(row[tag], rel=1e-4), tag
+
+
+@pytest.mark.parametrize(
+    ("script", "overrides", "message"),
+    [
+        ("ppo", ["video.enabled=yes"], r"^video.enabled='yes': expected true or false"),
+        ("ppo", ["video.every=-1"], r"^video.every=-1: expected an int >= 0"),
+        ("dqn", ["video.max_steps=0"], r"^video.max_steps=0: expected a positive int"),
+        (
+            "ppo",
+            ["env=cartpole_vector", "video.enabled=true"],
+            r"^video.enabled=true: videos are recorded from a Gymnasium env, but env.make "
+            r"\(rlcollect.envs.GymVectorEnv\) is neither",
+        ),
+        ("ppo", ["~logger._target_"], r"^logger: expected a config node with a _target_"),
+        (
+            "dqn",
+            ["logger=tensorboard", "+logger.sub_dir=x"],
+            r"^logger.sub_dir: common.loggers.TensorBoardLogger takes no argument 'sub_dir'. "
+            r"Did you mean logger.subdir\?",
+        ),
+    ],
+)
+def test_logger_and_video_config_errors_name_the_key_before_any_work(
+    scripts: dict[str, ModuleType], script: str, overrides: list[str], message: str
+) -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(EXAMPLES / "conf"), version_base=None):
+        cfg = compose(config_name=script, overrides=overrides)
+    with pytest.raises(scripts[script].ConfigError, match=message):
+        scripts[script].check_config(cfg)
 
 
 def test_mlflow_logger_keeps_the_rows_a_run_records(
