@@ -28,6 +28,7 @@ from rlcollect.collectors.multiprocess.options import (
     in_worker_process,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
+from rlcollect.collectors.multiprocess.shared_buffer import prepare_shared_buffer
 from rlcollect.collectors.multiprocess.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.options import (
     BatchOptions,
@@ -184,6 +185,7 @@ class MultiCollectorBase(MultiCollectorControl):
             },
             replay_buffer,
         )
+        prepare_shared_buffer(replay_buffer, specs[0])
         self.pool = WorkerPool(
             specs,
             worker_context(mp_start_method),

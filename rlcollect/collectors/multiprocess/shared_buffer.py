@@ -1,0 +1,72 @@
+"""A TorchRL replay buffer handed to the workers: shared, and its lazy storage laid out first.
+
+TorchRL's buffers travel to worker processes when those start, and a lazy storage
+(`LazyTensorStorage`, `LazyMemmapStorage`) refuses to travel before it holds data: a worker
+would allocate a storage of its own that nobody else sees. TorchRL's multi-process collectors
+therefore write one batch's worth of zeros laid out as the workers' batches will be, then empty
+the buffer (or let the workers allocate it when the storage was built with `shared_init=True`),
+and share a buffer that is not shared yet. This module does the same, with the layout taken from
+a real batch: one step of worker 0's own collector, built here, so the keys, shapes and dtypes
+are exactly those the workers write. Our own buffers (`rlcollect.replay`) need none of it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import replace
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.multiprocess.worker import WorkerSpec
+
+
+def is_torchrl_buffer(buffer: Any) -> bool:
+    """Whether `buffer` is one of TorchRL's replay buffers (or a subclass of one)."""
+    return any(cls.__module__.split(".")[0] == "torchrl" for cls in type(buffer).__mro__)
+
+
+def prepare_shared_buffer(buffer: Any, spec: WorkerSpec) -> None:
+    """Make a TorchRL `buffer` fit to be written by the workers, as TorchRL's collectors do:
+    shared (TorchRL's `share()`), and with a lazy storage laid out from a prototype batch of
+    `spec`'s collector, then emptied (`write_count` back to 0). A storage built with
+    `shared_init=True` is left for the first worker to lay out. Anything else: untouched."""
+    if buffer is None or not is_torchrl_buffer(buffer):
+        return
+    if not getattr(buffer, "shared", True):
+        buffer.share()
+    storage = getattr(buffer, "_storage", None)
+    if getattr(storage, "initialized", True) or getattr(storage, "shared_init", False):
+        return
+    buffer.extend(prototype_batch(spec))
+    buffer.empty()
+
+
+def prototype_batch(spec: WorkerSpec) -> TensorDictBase:
+    """Zeros laid out as one batch that `spec`'s collector writes to a replay buffer: one step
+    of that collector (built here, with its env, policy and options, and shut down), repeated
+    along time to the worker's batch length, without dim names (TorchRL's storages take none).
+    """
+    options = dict(spec.collector_kwargs)
+    options["init_random_frames"] = None  # the layout of a policy step
+    probe = replace(
+        spec,
+        frames_per_batch=1,
+        collector_kwargs=options,
+        weights=None,
+        init_fn=None,
+        shared={},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one frame rounds up to one step of a batched env
+        collector = probe.build()
+    try:
+        step = collector.next()
+    finally:
+        collector.shutdown()
+    envs = step.batch_size[:-1].numel()
+    steps = math.ceil(spec.frames_per_batch / envs)
+    batch = step[..., :1].expand(*step.batch_size[:-1], steps).clone().zero_()
+    batch.names = None
+    return batch

@@ -1,0 +1,59 @@
+"""TorchRL's replay buffers (lazy storages included) filled by our multi-process collectors'
+workers as TorchRL's own multi-process collectors fill them, side by side on TorchRL's
+CartPole with a TorchRL policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlcollect.collectors
+from tests.collectors.multiprocess.torchrl_buffer_side import fill, run_torchrl_fills
+from tests.conftest import processes_gone
+
+pytest.importorskip("torchrl.collectors")
+
+# Not the shared-memory leak checks of tests/conftest.py: a shared TorchRL buffer keeps
+# what it allocated (its locks' named semaphores, the multiprocessing heap of its counters) for
+# the life of the process. The workers are checked to be gone instead.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BUILDERS = ("MultiSyncCollector", "MultiAsyncCollector")
+
+
+@pytest.fixture(scope="module")
+def torchrl_fills(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """What TorchRL's collectors leave in a lazy `LazyTensorStorage` buffer (one process)."""
+    directory = tmp_path_factory.mktemp("torchrl")
+    described = run_torchrl_fills([(name, "tensor") for name in BUILDERS], directory)
+    return dict(zip(BUILDERS, described, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("builder", "kind"),
+    [
+        ("MultiSyncCollector", "tensor"),
+        ("MultiSyncCollector", "initialised"),
+        ("MultiAsyncCollector", "memmap"),
+    ],
+)
+def test_workers_fill_a_torchrl_buffer_as_torchrl_does(
+    builder: str, kind: str, torchrl_fills: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    theirs = torchrl_fills[builder]
+    ours = fill(rlcollect.collectors, builder, kind, tmp_path)
+    # Iteration yields None once per batch; every frame is counted and stored once.
+    assert ours["yielded_none"] == theirs["yielded_none"] == [True] * 3
+    assert ours["frames"] == theirs["frames"] == 120
+    assert ours["len"] == ours["write_count"] == theirs["len"] == theirs["write_count"] == 120
+    # The same entries, with the same per-frame shapes and dtypes.
+    assert ours["keys"] == theirs["keys"]
+    assert ours["shapes"] == theirs["shapes"]
+    assert ours["dtypes"] == theirs["dtypes"]
+    # Each trajectory's stored steps follow one another (TorchRL's own run is not asked to:
+    # its trajectory ids are not always unique over workers).
+    assert ours["breaks"] == 0
+    assert ours["trajectories"] >= 2
+    assert processes_gone(ours["pids"], 10)
