@@ -35,6 +35,7 @@ from common.config import (
     checkpoint_identity,
     collector_has_workers,
     refuse_collector_option,
+    require_bool,
     resume_state,
     run_or_exit,
     served_by_ray,
@@ -179,6 +180,7 @@ def check_config(cfg: DictConfig) -> None:
         nonnegative_ints=["eval_episodes", "eval_every", "dqn.learning_starts"],
         positive_numbers=["dqn.max_grad_norm", "dqn.stall_timeout_s"],
     )
+    require_bool(cfg, "dqn.background")
     check_video_config(cfg)
     refuse_collector_option(
         cfg,
@@ -285,7 +287,8 @@ def train(cfg: DictConfig) -> None:
         }
 
     # --- collect in the background, learn in the foreground ---
-    collector.start()
+    if cfg.dqn.background:
+        collector.start()
     with StopOnInterrupt() as stop:
         try:
             learn(
@@ -356,7 +359,10 @@ def learn(
         if lag <= 0:
             if finished:
                 break
-            watch.wait(frames)
+            if cfg.dqn.background:
+                watch.wait(frames)  # the collector's thread brings the frames
+            else:
+                collector.next()  # one batch into the buffer, now: a repeatable order
             continue
         learner.anneal_learning_rate(frames, collector.total_frames)
         if lag > cfg.dqn.max_lag_updates:

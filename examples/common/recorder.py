@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import math
 import shutil
 import time
@@ -130,6 +131,8 @@ class RunRecorder:
         OmegaConf.save(cfg, run_dir / CONFIG_NAME, resolve=True)
         logger = build(cfg, "logger", run_dir=run_dir) if "logger" in cfg else None
         if logger is not None:
+            # A run that fails still flushes its events and ends its tracker run.
+            atexit.register(logger.close)
             logger.log_config(OmegaConf.to_container(cfg, resolve=True))
         return cls(
             run_dir,
@@ -240,3 +243,4 @@ class RunRecorder:
     def finish(self) -> None:
         """Close the experiment logger: the end of the run."""
         self.logger.close()
+        atexit.unregister(self.logger.close)

@@ -228,6 +228,7 @@ def test_ctrl_c_ends_a_wandb_run_saved_and_the_same_seed_trains_the_same(
         ("ppo", ["video.enabled=yes"], r"^video.enabled='yes': expected true or false"),
         ("ppo", ["video.every=-1"], r"^video.every=-1: expected an int >= 0"),
         ("dqn", ["video.max_steps=0"], r"^video.max_steps=0: expected a positive int"),
+        ("dqn", ["dqn.background=maybe"], r"^dqn.background='maybe': expected true or false"),
         (
             "ppo",
             ["env=cartpole_vector", "video.enabled=true"],
