@@ -14,8 +14,11 @@ from typing import Any
 from tensordict import TensorDict
 
 from rlcollect.collectors.policy.weights import Weights
+from rlcollect.collectors.weights import torchrl_schemes
 
 POLICY_MODEL_ID = "policy"
+# Every scheme class by name, for TorchRL's backend names and scheme instances.
+SCHEMES: dict[str, type[WeightSyncScheme]] = {}
 
 
 class WeightSyncScheme(ABC):
@@ -37,7 +40,42 @@ class WeightSyncScheme(ABC):
           tree has acknowledged.
 
     A worker's policy never shares storage with the parent's parameters, whatever the scheme.
+    TorchRL's scheme API is accepted too: `from_backend`, `init_on_sender`, and TorchRL's own
+    scheme instances in `weight_sync_schemes=` (see `weights/torchrl_schemes.py`).
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        SCHEMES[cls.__name__] = cls
+
+    @classmethod
+    def from_backend(cls, backend: str, **kwargs: Any) -> WeightSyncScheme:
+        """TorchRL's constructor by backend: `"none"` / `"direct"` -> `NoWeightSyncScheme`,
+        `"shared"` / `"thread"` -> `SharedMemWeightSyncScheme`, `"process"` /
+        `"multiprocessing"` -> `MultiProcessWeightSyncScheme`, `"ray"` ->
+        `RayWeightSyncScheme`; TorchRL's `strategy=`, `sync=True` and `per_worker_weights=`
+        are accepted.
+
+        Raises:
+            ValueError: `"distributed"` / `"rpc"` (naming the schemes to use instead), an
+                unknown backend, or `sync=False`.
+        """
+        return torchrl_schemes.scheme_from_backend(SCHEMES, backend, **kwargs)  # type: ignore[no-any-return]
+
+    def init_on_sender(self, *, model_id: str = POLICY_MODEL_ID, **context: Any) -> None:
+        """TorchRL's sender-side set-up, accepted for scripts that call it: our collector
+        connects its scheme itself when it is built, so this only checks the model id.
+
+        Raises:
+            ValueError: a model id other than `"policy"`.
+        """
+        check_model_id("init_on_sender(model_id=...)", model_id)
+        self._initialized_on_sender = True
+
+    @property
+    def initialized_on_sender(self) -> bool:
+        """Whether `init_on_sender` was called (TorchRL's flag)."""
+        return bool(getattr(self, "_initialized_on_sender", False))
 
     def connect(self, template: Weights, num_workers: int) -> None:  # noqa: B027
         """Prepare the sender side for `num_workers` workers (nothing, by default)."""
@@ -71,10 +109,14 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
     worker copies it into its policy when told to, so an update costs one memory copy in the
     parent and one per worker, and the pipe carries only a few bytes. The default of the
     multi-process collectors for `nn.Module` policies.
+
+    `per_worker_weights` is TorchRL's flag, accepted either way: every worker always holds
+    weights of its own here, and `update_policy_weights_(worker_ids=...)` updates some only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, per_worker_weights: bool = False) -> None:
         self._shared: TensorDict | None = None
+        self.per_worker_weights = bool(per_worker_weights)
 
     def connect(self, template: Weights, num_workers: int) -> None:
         if self._shared is not None:
@@ -110,7 +152,13 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
 
 
 class MultiProcessWeightSyncScheme(WeightSyncScheme):
-    """Weights travel pickled through each worker's pipe (no shared memory needed)."""
+    """Weights travel pickled through each worker's pipe (no shared memory needed).
+
+    `per_worker_weights`: TorchRL's flag, accepted either way (see `SharedMemWeightSyncScheme`).
+    """
+
+    def __init__(self, per_worker_weights: bool = False) -> None:
+        self.per_worker_weights = bool(per_worker_weights)
 
     def pack(self, weights: Weights) -> bytes:
         return pickle.dumps({name: tensor.cpu() for name, tensor in weights.items()})
@@ -135,15 +183,26 @@ class NoWeightSyncScheme(WeightSyncScheme):
         return False
 
 
+def check_model_id(argument: str, model_id: Any) -> None:
+    if model_id != POLICY_MODEL_ID:
+        raise ValueError(
+            f"{argument} has the model id {model_id!r}; the collector syncs one model, "
+            f"{POLICY_MODEL_ID!r}. Use {{{POLICY_MODEL_ID!r}: scheme}}."
+        )
+
+
 def check_schemes(argument: str, schemes: Mapping[str, Any] | None) -> dict[str, WeightSyncScheme]:
-    """Validate a `{model_id: scheme}` mapping; only the `"policy"` model exists today."""
+    """Validate a `{model_id: scheme}` mapping (only the `"policy"` model exists today);
+    TorchRL's scheme instances become ours."""
     schemes = dict(schemes or {})
     for model_id, scheme in schemes.items():
-        if model_id != POLICY_MODEL_ID:
-            raise ValueError(
-                f"{argument} has the model id {model_id!r}; the collector syncs one model, "
-                f"{POLICY_MODEL_ID!r}. Use {{{POLICY_MODEL_ID!r}: scheme}}."
-            )
+        check_model_id(argument, model_id)
+        if torchrl_schemes.is_torchrl_scheme(scheme):
+            try:
+                scheme = torchrl_schemes.from_torchrl_scheme(SCHEMES, scheme)
+            except ValueError as err:
+                raise ValueError(f"{argument}[{model_id!r}]: {err}") from err
+            schemes[model_id] = scheme
         if not isinstance(scheme, WeightSyncScheme):
             raise TypeError(
                 f"{argument}[{model_id!r}] must be a WeightSyncScheme (e.g. "

@@ -1,0 +1,115 @@
+"""TorchRL's weight-sync scheme API on our collectors: `from_backend` builds the scheme TorchRL
+builds, `init_on_sender` and `per_worker_weights` are taken, TorchRL's scheme instances are
+mapped to ours (and deliver weights to real workers), and what we cannot serve is refused
+naming the scheme to use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlcollect import keys
+from rlcollect.collectors import (
+    MultiProcessWeightSyncScheme,
+    MultiSyncCollector,
+    NoWeightSyncScheme,
+    SharedMemWeightSyncScheme,
+)
+from rlcollect.collectors.weights.schemes import WeightSyncScheme, check_schemes
+from tests.collectors.policies import bias_module
+
+torchrl_weights = pytest.importorskip("torchrl.weight_update")
+
+pytestmark = pytest.mark.timeout(120)
+BACKENDS = ["none", "direct", "shared", "thread", "process", "multiprocessing", "ray"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_from_backend_builds_the_scheme_torchrl_builds(backend: str) -> None:
+    theirs = torchrl_weights.WeightSyncScheme.from_backend(backend)
+    ours = WeightSyncScheme.from_backend(backend)
+    assert isinstance(ours, WeightSyncScheme)
+    assert type(ours).__name__ == type(theirs).__name__
+    # TorchRL's instance, passed to a collector, becomes the same scheme of ours.
+    mapped = check_schemes("weight_sync_schemes", {"policy": theirs})["policy"]
+    assert type(mapped) is type(ours)
+
+
+def test_torchrl_options_and_per_worker_weights_are_taken() -> None:
+    ours = SharedMemWeightSyncScheme.from_backend(
+        "shared", strategy="state_dict", sync=True, per_worker_weights=True
+    )
+    assert type(ours) is SharedMemWeightSyncScheme
+    assert ours.per_worker_weights
+    theirs = torchrl_weights.MultiProcessWeightSyncScheme(strategy="state_dict")
+    mapped = check_schemes("weight_sync_schemes", {"policy": theirs})["policy"]
+    assert type(mapped) is MultiProcessWeightSyncScheme
+    assert not mapped.per_worker_weights
+    theirs = torchrl_weights.SharedMemWeightSyncScheme(per_worker_weights=True)
+    assert check_schemes("weight_sync_schemes", {"policy": theirs})["policy"].per_worker_weights
+    none = check_schemes("w", {"policy": torchrl_weights.NoWeightSyncScheme()})["policy"]
+    assert type(none) is NoWeightSyncScheme
+
+
+def test_init_on_sender_checks_the_model_id() -> None:
+    scheme = MultiProcessWeightSyncScheme()
+    assert not scheme.initialized_on_sender
+    scheme.init_on_sender(model_id="policy", context=None)
+    assert scheme.initialized_on_sender
+    with pytest.raises(ValueError, match=r"model id 'value'.*'policy'"):
+        scheme.init_on_sender(model_id="value", context=None)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: WeightSyncScheme.from_backend("rpc"), r"'rpc'.*SharedMemWeightSyncScheme"),
+        (
+            lambda: WeightSyncScheme.from_backend("distributed"),
+            r"DistributedWeightSyncScheme.*RayWeightSyncScheme",
+        ),
+        (lambda: WeightSyncScheme.from_backend("pigeon"), r"unknown weight-sync backend 'pigeon'"),
+        (lambda: WeightSyncScheme.from_backend("process", sync=False), r"sync=False"),
+        (lambda: WeightSyncScheme.from_backend("shared", strategy="bytes"), r"strategy='bytes'"),
+        (
+            lambda: MultiSyncCollector(
+                "Pendulum-v1",
+                bias_module(0.5),
+                num_workers=2,
+                frames_per_batch=20,
+                weight_sync_schemes={"policy": torchrl_weights.RPCWeightSyncScheme()},
+            ),
+            r"weight_sync_schemes\['policy'\]: .*'rpc'.*MultiProcessWeightSyncScheme",
+        ),
+        (
+            lambda: check_schemes(
+                "weight_sync_schemes",
+                {"policy": torchrl_weights.SharedMemWeightSyncScheme(sync=False)},
+            ),
+            r"weight_sync_schemes\['policy'\]: sync=False",
+        ),
+    ],
+)
+def test_what_we_cannot_serve_is_refused_naming_ours(call: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()  # type: ignore[operator]
+
+
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("name", ["SharedMemWeightSyncScheme", "MultiProcessWeightSyncScheme"])
+def test_torchrl_scheme_instances_deliver_weights_to_our_workers(name: str) -> None:
+    policy = bias_module(0.5)
+    with MultiSyncCollector(
+        "Pendulum-v1",
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        weight_sync_schemes={"policy": getattr(torchrl_weights, name)()},
+        track_policy_version=True,
+    ) as collector:
+        assert type(collector.scheme).__name__ == name
+        assert torch.all(collector.next()["action"] == 0.5)
+        collector.update_policy_weights_(weights={"module.bias": torch.tensor([0.25])})
+        batch = collector.next()
+    assert torch.all(batch["action"] == 0.25)
+    assert torch.all(batch["next", keys.POLICY_VERSION] == 1)
