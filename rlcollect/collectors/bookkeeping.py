@@ -82,6 +82,11 @@ class EpisodeTracker:
         """Forget the unfinished episodes: the env was reset, they will never finish."""
         self.running = None
 
+    def restart_some(self, mask: torch.Tensor) -> None:
+        """Forget the unfinished episodes of the sub-envs in `mask` (`[n]`), just reset."""
+        if self.running is not None:
+            self.running[mask.to(self.running.device)] = 0.0
+
     def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """Account one batch of `[n, T]` rewards and done flags."""
         reward = reward.double()

@@ -257,6 +257,22 @@ class CarrierLayout:
         if self._view_writer is not None:
             self._view_writer.start(t)
 
+    @property
+    def restarts_some_sub_envs(self) -> bool:
+        """Whether `restart_trajectories` can restart some sub-envs alone (not with trajectory
+        views, whose windows restart for every sub-env at once)."""
+        return self._view_writer is None
+
+    def restart_trajectories(self, mask: torch.Tensor, ids: torch.Tensor) -> None:
+        """The sub-envs in `mask` (env-batch shaped; just reset at slot 0) start new
+        trajectories with `ids` (one per sub-env in `mask`), with a fresh recurrent state."""
+        if not self.restarts_some_sub_envs:
+            raise ValueError("trajectory views restart every sub-env at once.")
+        first = self._at(self._traj, 0)
+        first[mask.reshape(first.shape)] = ids
+        if self._state_carry is not None:
+            self._state_carry.clear(0, mask)
+
     def carry_over(self) -> None:
         """Slot 0 of the next batch = slot T of this one, for the root keys that carry."""
         for key in self._tensor_carry:

@@ -285,3 +285,32 @@ class CollectorWithChildren(CollectorBase):
     ) -> None:
         checked = self.weights.checked(source, policy_id)
         self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
+
+
+# A child's answer to `getattr_env`: (True, the value), (False, the AttributeError's message),
+# or (None, why the value could not be sent back).
+EnvAttribute = tuple[bool | None, Any]
+
+
+def env_attribute(collector: Any, attr: str) -> EnvAttribute:
+    """What a child (worker or actor) answers to `getattr_env(attr)` of its collector."""
+    try:
+        return True, collector.getattr_env(attr)
+    except AttributeError as err:
+        return False, str(err)
+
+
+def unpack_env_attribute(answer: EnvAttribute, attr: str) -> Any:
+    """The value of a child's `env_attribute` answer; its AttributeError raised here (as
+    TorchRL's `getattr_env` raises the first worker's).
+
+    Raises:
+        AttributeError: the env has no attribute `attr`.
+        TypeError: the value could not be sent back from the child.
+    """
+    found, value = answer
+    if found is None:
+        raise TypeError(f"getattr_env({attr!r}): {value}")
+    if not found:
+        raise AttributeError(value)
+    return value

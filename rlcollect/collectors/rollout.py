@@ -65,6 +65,8 @@ class TrajectoryStream:
     trajectories: TrajectoryCounter = field(default_factory=TrajectoryCounter)
     episodes: EpisodeTracker = field(default_factory=EpisodeTracker)
     needs_reset: bool = False
+    # TorchRL's reset(index=...): the sub-envs (env-batch shaped mask) the next batch resets.
+    reset_mask: torch.Tensor | None = None
     unstarted: bool = True
     on_reset: list[Callable[[], None]] = field(default_factory=list)
 
@@ -168,6 +170,7 @@ class RolloutLoop:
         layout, stream = self.layout, self.stream
         self.env.bind(layout.carrier)
         if stream.needs_reset or self.flags.reset_at_each_iter:
+            stream.reset_mask = None
             self.env.reset_into(0)
             layout.start_trajectories(stream.trajectories.take(layout.env_numel, layout.device))
             stream.episodes.restart()
@@ -178,7 +181,19 @@ class RolloutLoop:
             layout.carry_over()
             if stream.unstarted:
                 layout.start_trajectories(stream.trajectories.take(layout.env_numel, layout.device))
+            if stream.reset_mask is not None:
+                self._reset_some(stream.reset_mask)
         stream.unstarted = False
+
+    def _reset_some(self, mask: torch.Tensor) -> None:
+        """Reset the sub-envs of `mask` alone: new trajectories (ids, recurrent state, running
+        returns) there, the others go on (TorchRL's `reset(index=...)`)."""
+        stream, layout = self.stream, self.layout
+        stream.reset_mask = None
+        mask = mask.to(layout.device)
+        self.env.reset_into(0, mask.reshape(-1))
+        layout.restart_trajectories(mask, stream.trajectories.take(int(mask.sum()), layout.device))
+        stream.episodes.restart_some(mask.reshape(-1))
 
     def end(self, steps: int | None = None) -> None:
         """Account the batch just collected (its first `steps` steps, all by default):

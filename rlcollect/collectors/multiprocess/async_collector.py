@@ -22,8 +22,9 @@ class MultiAsyncCollector(MultiCollectorBase):
     """Runs one collector per worker process and yields each worker's batch as it arrives.
 
     A worker starts its next batch as soon as its last one has been copied out, so slow
-    workers never hold fast ones back. Every batch carries `("collector", "worker_id")`;
-    batches of one worker come in order, with its trajectories continuing across them.
+    workers never hold fast ones back. Batches of one worker come in order, with its
+    trajectories continuing across them; with `track_worker_id=True` (ours; off by default, so
+    batches carry exactly TorchRL's keys) every batch carries `("collector", "worker_id")`.
     Takes the arguments of `MultiSyncCollector`; `frames_per_batch` is what each worker
     collects per batch (or a list, one per worker), and `update_at_each_batch` sends the
     latest weights to a worker before it goes on. As in TorchRL, `cat_results` ("stack",
@@ -33,14 +34,25 @@ class MultiAsyncCollector(MultiCollectorBase):
     Examples:
         >>> from rlcollect.collectors import MultiAsyncCollector
         >>> with MultiAsyncCollector(
-        ...     "CartPole-v1", num_workers=2, frames_per_batch=50, total_frames=200
+        ...     "CartPole-v1",
+        ...     num_workers=2,
+        ...     frames_per_batch=50,
+        ...     total_frames=200,
+        ...     track_worker_id=True,
         ... ) as collector:
         ...     worker_ids = [int(data["collector", "worker_id"][0]) for data in collector]
         >>> len(worker_ids), sorted(set(worker_ids))
         (4, [0, 1])
     """
 
-    def __init__(self, create_env_fn: Any, policy: Any = None, **options: Any) -> None:
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        track_worker_id: bool = False,
+        **options: Any,
+    ) -> None:
         cat_results = options.pop("cat_results", None)
         if not (cat_results in (None, "stack") or _is_int(cat_results)):
             raise ValueError(
@@ -48,6 +60,9 @@ class MultiAsyncCollector(MultiCollectorBase):
                 "(MultiAsyncCollector yields each worker's batch as it is, whichever)."
             )
         check_preemptive_threshold(options.pop("preemptive_threshold", None))
+        if not isinstance(track_worker_id, bool):
+            raise TypeError(f"track_worker_id must be True or False; got {track_worker_id!r}.")
+        self.track_worker_id = track_worker_id
         frames = options.get("frames_per_batch")
         if isinstance(frames, int) and not isinstance(frames, bool):
             num_workers = len(create_env_fn) if isinstance(create_env_fn, list | tuple) else None
@@ -120,8 +135,9 @@ class MultiAsyncCollector(MultiCollectorBase):
             return None  # the worker wrote the batch, and counted it
         self._frames += slot.last_frames
         batch = slot.batch_with_extras().clone()
-        batch.set(
-            keys.WORKER_ID,
-            torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device),
-        )
+        if self.track_worker_id:
+            batch.set(
+                keys.WORKER_ID,
+                torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device),
+            )
         return batch

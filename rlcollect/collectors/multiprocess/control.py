@@ -22,6 +22,7 @@ from rlcollect.collectors.children import (
     children_states,
     chosen_children,
     episode_statistics,
+    unpack_env_attribute,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.worker import SEED_REPLY, WorkerCommand
@@ -103,6 +104,17 @@ class MultiCollectorControl(CollectorWithChildren):
         self._check_idle("reset()")
         chosen = chosen_children(index, self.num_workers, "worker")
         self.pool.request([self.pool.slots[i] for i in chosen], WorkerCommand.RESET)
+
+    def getattr_env(self, attr: str) -> Any:
+        """An attribute of the first worker's env (TorchRL's).
+
+        Raises:
+            AttributeError: that env has no attribute `attr`.
+            TypeError: its value cannot be pickled back.
+        """
+        payload = attr.encode()
+        (reply,) = self.pool.request([self.pool.slots[0]], WorkerCommand.GETATTR_ENV, 0, payload)
+        return unpack_env_attribute(pickle.loads(reply), attr)
 
     def frames_per_batch_worker(self, *, worker_idx: int | None = None) -> int:
         """Frames a worker collects per batch (worker 0's when `worker_idx` is None), as

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.collectors.children import env_attribute
 from rlcollect.envs.non_tensor import non_tensor_keys
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
 
@@ -51,6 +52,7 @@ class WorkerCommand(enum.IntEnum):
     CLOSE = 12
     TRAJECTORY_IDS = 13
     PROFILE = 14
+    GETATTR_ENV = 15
 
 
 describe_command = command_describer(
@@ -199,6 +201,7 @@ class CollectorServer:
             WorkerCommand.STATS: lambda *_: pickle.dumps(collector.stats()),
             WorkerCommand.TRAJECTORY_IDS: self.assign_trajectory_ids,
             WorkerCommand.PROFILE: self.profile,
+            WorkerCommand.GETATTR_ENV: self.getattr_env,
         }
 
     @staticmethod
@@ -276,6 +279,16 @@ class CollectorServer:
             self.collector.total_frames = self.collector.frames + frames
         self.collector.start()
         return b""
+
+    def getattr_env(self, _: int, payload: bytes) -> bytes:
+        """An attribute of the collector's env, as `env_attribute` answers it (a value that
+        cannot be pickled is answered as such: the worker goes on)."""
+        answer = env_attribute(self.collector, payload.decode())
+        try:
+            return pickle.dumps(answer)
+        except Exception as err:  # any pickling failure is answered, not raised
+            why = f"a {type(answer[1]).__name__} cannot be sent back from the worker ({err})"
+            return pickle.dumps((None, why))
 
     def assign_trajectory_ids(self, _: int, payload: bytes) -> bytes:
         self.collector.assign_trajectory_ids(*pickle.loads(payload))

@@ -60,7 +60,12 @@ class PolicyStateCarry:
             target.copy_(next_value.select(self._time_dim, t))
             target.masked_fill_(self._reset_mask(ended, target), 0)
 
-    def clear(self, t: int) -> None:
-        """Zero the state at root `t` (every sub-env was just reset)."""
+    def clear(self, t: int, mask: torch.Tensor | None = None) -> None:
+        """Zero the state at root `t` of the sub-envs in `mask` (env-batch shaped), just
+        reset; of every sub-env without one."""
         for root, _ in self._pairs:
-            root.select(self._time_dim, t).zero_()
+            state = root.select(self._time_dim, t)
+            if mask is None:
+                state.zero_()
+            else:
+                state[mask] = 0

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.collectors.children import EnvAttribute, env_attribute
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.errors import MisuseError
 from rlcollect.runtime.ray_lease import require_ray
@@ -223,6 +224,11 @@ class CollectorActor:
     def reset(self) -> None:
         self._check_restored()
         self.collector.reset()
+
+    def getattr_env(self, attr: str) -> EnvAttribute:
+        """An attribute of the collector's env, as `env_attribute` answers it."""
+        with self._between_batches():
+            return env_attribute(self.collector, attr)
 
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
         self.collector.assign_trajectory_ids(offset, stride)

@@ -17,6 +17,7 @@ from rlcollect.collectors.children import (
     children_states,
     chosen_children,
     episode_statistics,
+    unpack_env_attribute,
 )
 from rlcollect.collectors.ray.background import BackgroundWriting
 from rlcollect.collectors.ray.fleet import ActorFleet
@@ -71,6 +72,17 @@ class RayCollectorControl(CollectorWithChildren):
         self._check_idle("reset()")
         chosen = chosen_children(index, self.num_collectors, "actor")
         self.fleet.call([self.fleet.slots[i] for i in chosen], "reset", fatal=False)
+
+    def getattr_env(self, attr: str) -> Any:
+        """An attribute of the first actor's env (as TorchRL's multi-process collectors'
+        `getattr_env` reads the first worker's).
+
+        Raises:
+            AttributeError: that env has no attribute `attr`.
+        """
+        self._check_open()
+        (answer,) = self.fleet.call([self.fleet.slots[0]], "getattr_env", attr, fatal=False)
+        return unpack_env_attribute(answer, attr)
 
     def _policy_model(self) -> Any:
         return self.weights.sent.policy

@@ -13,10 +13,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.options import BatchOptions
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.rollout import TrajectoryStream
+from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.profiling import ProfileConfig, RolloutProfiler
 from rlcollect.envs.torchrl_env import is_torchrl_env
@@ -37,6 +41,8 @@ class CollectorControl(CollectorBase):
     frames_per_batch: int
     _background: BackgroundLoop
     stream: TrajectoryStream
+    layout: CarrierLayout
+    _whole_episodes: EpisodeAssembler | None
     _start_time: float | None
     _frames_at_start: int
     _profiler: RolloutProfiler | None
@@ -159,18 +165,44 @@ class CollectorControl(CollectorBase):
         return seed
 
     def reset(self, index: Any = None) -> None:
-        """Start new trajectories: the next batch begins with an env reset.
+        """Start new trajectories: the next batch begins with an env reset; with `index`
+        (TorchRL's: any index of the env batch, e.g. `1`, `[0, 2]` or a bool mask), only those
+        sub-envs are reset and get new trajectory ids, the others go on.
 
         Raises:
-            ValueError: `index` (TorchRL's reset of some sub-envs): every sub-env is reset.
+            ValueError: `index` on an env without a batch, or one that does not index it; or
+                with whole-episode batches or trajectory views (every sub-env at once there).
         """
-        if index is not None:
-            raise ValueError(
-                f"reset(index={index!r}): Collector resets all its sub-envs at once; call "
-                "reset() (a multi-process or Ray collector takes the index of a worker)."
-            )
         self._check_idle("reset()")
-        self.stream.needs_reset = True
+        if index is None:
+            self.stream.needs_reset = True
+            return
+        mask = self._sub_env_mask(index)
+        pending = self.stream.reset_mask
+        self.stream.reset_mask = mask if pending is None else pending | mask
+
+    def _sub_env_mask(self, index: Any) -> torch.Tensor:
+        """`index` as a bool mask over the env batch, checked."""
+        batch_size = self.env.batch_size
+        if not batch_size:
+            raise ValueError(
+                f"reset(index={index!r}): the env has no batch of sub-envs to index; call "
+                "reset() (TorchRL refuses it too)."
+            )
+        if self._whole_episodes is not None or not self.layout.restarts_some_sub_envs:
+            raise ValueError(
+                f"reset(index={index!r}): with whole-episode batches or trajectory views the "
+                "collector resets every sub-env at once; call reset()."
+            )
+        mask = torch.zeros(batch_size, dtype=torch.bool)
+        try:
+            mask[index] = True
+        except (IndexError, TypeError, RuntimeError) as err:
+            raise ValueError(
+                f"reset(index={index!r}) does not index the env batch of size "
+                f"{tuple(batch_size)}: {err}"
+            ) from err
+        return mask
 
     def stats(self) -> dict[str, float]:
         """Frames, batches, frames/s, episodes finished, and the mean episode return twice: over

@@ -82,6 +82,7 @@ def test_async_yields_each_workers_batches_in_order_with_its_id() -> None:
         [counting_env, functools.partial(counting_env, 6)],
         frames_per_batch=[5, 7],
         total_frames=60,
+        track_worker_id=True,
     ) as collector:
         batches = list(collector)
         assert collector.frames >= 60

@@ -64,6 +64,7 @@ def test_a_killed_worker_restarts_with_the_current_weights(collector_class: type
         frames_per_batch=20,
         restart_dead_workers=True,
         track_policy_version=True,
+        **({"track_worker_id": True} if collector_class is MultiAsyncCollector else {}),
     ) as collector:
         collector.next()
         with torch.no_grad():

@@ -70,16 +70,26 @@ def test_versions_weights_and_models_on_a_multi_sync_collector() -> None:
         assert collector.policy_version == 3
         assert next(collector.iterator()).batch_size == (2, 10)
         assert collector.cascade_execute("frames_per_batch_worker", worker_idx=0) == 10
+        # TorchRL's getattr_env: an attribute of the first worker's env, AttributeError if none
+        spec = collector.getattr_env("action_spec")  # TorchRL's CartPole's, from worker 0
+        assert (type(spec).__name__, spec.shape) == ("OneHot", (2,))
+        with pytest.raises(AttributeError, match="no_such_attribute"):
+            collector.getattr_env("no_such_attribute")
+        assert collector.next().batch_size == (2, 10)  # the worker went on
 
 
 def test_seed_reset_and_state_keyword_forms_on_a_multi_async_collector() -> None:
     with MultiAsyncCollector(
-        [counting_env, counting_env], frames_per_batch=4, total_frames=-1
+        [counting_env, counting_env], frames_per_batch=4, total_frames=-1, compact_obs=True
     ) as collector:
         assert collector.set_seed(7, static_seed=True) == 7
         assert [slot.seed for slot in collector.pool.slots] == [7, 7]
         assert collector.set_seed(7) == 9
-        collector.next()
+        batch_keys = set(collector.next().keys(include_nested=True, leaves_only=True))
+        # TorchRL's keys: no worker id unless asked for; with compact_obs, no next observation
+        assert ("collector", "worker_id") not in batch_keys
+        assert ("next", "observation") not in batch_keys
+        assert ("next", "reward") in batch_keys
         collector.reset(index=[False, True])
         collector.reset(index=0)
         collector.reset()
@@ -89,3 +99,8 @@ def test_seed_reset_and_state_keyword_forms_on_a_multi_async_collector() -> None
             collector.reset(index=[True, False, True])
         collector.load_state_dict(state_dict=collector.state_dict())
     collector.shutdown(timeout=1.0, raise_on_error=False)  # idempotent
+
+
+def test_track_worker_id_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="track_worker_id must be True or False; got 1"):
+        MultiAsyncCollector(counting_env, frames_per_batch=4, track_worker_id=1)

@@ -76,6 +76,10 @@ def test_the_front_door_builds_a_ray_collector_and_the_page_methods_answer(
     collector.increment_version()
     collector.receive_weights(trained)
     assert collector.policy_version == 3
+    # --- the first actor's env (TorchRL's getattr_env reads its first worker's) ---
+    assert collector.getattr_env("episode_length") == 4
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        collector.getattr_env("no_such_attribute")
     # --- seeds, resets, state ---
     assert collector.set_seed(11, static_seed=True) == 11
     assert collector.set_seed(11) == 13

@@ -318,6 +318,7 @@ def test_multi_process_workers_keep_every_episode_whole(
         None,
         frames_per_batch=16,
         total_frames=96,
+        track_worker_id=True,  # tells its batches from the sync ones below
         **options,
     )
     batches += list(asynchronous)
@@ -353,6 +354,7 @@ def test_multi_async_workers_apply_the_horizons(horizon: str, no_leftover_childr
         frames_per_batch=6,
         total_frames=48,
         max_frames_per_traj=4 if soft else 100,
+        track_worker_id=True,
         **{horizon: True},
     ) as collector:
         batches = list(collector)

@@ -416,7 +416,9 @@ def test_multi_sync_samples_the_episodes_collected_by_hand(arguments: dict) -> N
 @pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
 @pytest.mark.timeout(120)
 def test_multi_async_samples_every_workers_episodes_once() -> None:
-    collector = MultiAsyncCollector(MAKERS, None, frames_per_batch=4, total_frames=48)
+    collector = MultiAsyncCollector(
+        MAKERS, None, frames_per_batch=4, total_frames=48, track_worker_id=True
+    )
     first = collector.sample(num_episodes=4)
     rest = sample_until_stop(collector, num_timesteps=7)
     assert len(first) == 4

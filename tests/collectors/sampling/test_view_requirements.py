@@ -441,6 +441,7 @@ def test_multi_async_workers_write_the_views(horizon: dict[str, object]) -> None
         frames_per_batch=8,
         total_frames=64,
         view_requirements=views,
+        track_worker_id=True,
         **horizon,
     ) as collector:
         batches = list(collector)
