@@ -106,6 +106,8 @@ class Learner:
         self.cfg = cfg.sac
         self.actor, self.critic, self.key = actor, critic, key
         self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+        # The learner's own noise: the collector's thread draws from torch's global generator.
+        self.generator = torch.Generator().manual_seed(cfg.seed + 1)
         self.log_alpha = torch.tensor(math.log(self.cfg.init_alpha), requires_grad=True)
         parameters = [*actor.parameters(), *critic.parameters(), self.log_alpha]
         self.optimizer = build(cfg, "optim", params=parameters)
@@ -123,7 +125,7 @@ class Learner:
         """The soft Bellman error of both Q-networks (terminated steps do not bootstrap)."""
         next_observation = batch.get((keys.NEXT, self.key))
         with torch.no_grad():
-            next_action, next_log_prob = self.actor.sample(next_observation)
+            next_action, next_log_prob = self.actor.sample(next_observation, self.generator)
             next_q = torch.min(*self.target_critic(next_observation, next_action))
             soft_value = next_q.squeeze(-1) - alpha * next_log_prob
             reward = batch.get((keys.NEXT, keys.REWARD)).reshape(soft_value.shape)
@@ -138,7 +140,7 @@ class Learner:
         loss_critic = self.critic_loss(batch, alpha)
 
         observation = batch.get(self.key)
-        action, log_prob = self.actor.sample(observation)
+        action, log_prob = self.actor.sample(observation, self.generator)
         self.critic.requires_grad_(False)  # the actor's loss moves the actor only
         q = torch.min(*self.critic(observation, action)).squeeze(-1)
         self.critic.requires_grad_(True)
@@ -176,6 +178,7 @@ class Learner:
             "log_alpha": self.log_alpha.detach().clone(),
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
+            "noise_generator": self.generator.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -187,6 +190,7 @@ class Learner:
             self.log_alpha.copy_(state["log_alpha"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
+        self.generator.set_state(state["noise_generator"])
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -252,7 +256,11 @@ def train(cfg: DictConfig) -> float:
     key = info.observation_key
     actor, critic = build_actor_and_critic(cfg, info)
     learner = Learner(cfg, actor, critic, key)
-    replay_buffer = build(cfg, "replay_buffer")
+    # Its own generator for the sampler too, apart from the collector's thread.
+    sampling = {} if served_by_ray(cfg, "replay_buffer") else {"generator": torch.Generator()}
+    if sampling:
+        sampling["generator"].manual_seed(cfg.seed + 2)
+    replay_buffer = build(cfg, "replay_buffer", **sampling)
     recent = RecentReturns(cfg.sac.return_window)
     throttle = CollectionThrottle(cfg.sac.collect_ahead)
     # The collector acts with its own copy of the actor; the learner pushes weights to it.
@@ -335,10 +343,7 @@ def learn(
     synced_at = learner.updates
     rows = 0
     while not stop.requested:
-        # Read "done" before the frame count: once done, `frames` is final and the learner
-        # owes exactly the steps for it.
-        finished = collector.is_done
-        frames = collector.frames
+        frames, finished = stored_frames(collector, throttle)
         if frames >= next_log:
             log_row(collector, replay_buffer, learner, recent, recorder)
             next_log += cfg.log_every * ((frames - next_log) // cfg.log_every + 1)  # on the grid
@@ -348,6 +353,7 @@ def learn(
         if recorder.checkpoint_due(frames):
             with throttle.opened(), collector.pause():  # the batch in flight may be held
                 recorder.save(collector.frames, checkpoint)
+                throttle.allow(frames)  # once resumed, the collector waits for its turn again
         lag = pacer.lag(frames, learner.updates, len(replay_buffer))
         if lag <= 0:
             throttle.allow(frames)
@@ -361,6 +367,16 @@ def learn(
             with recorder.timed(WEIGHT_UPDATE):
                 collector.update_policy_weights_(learner.actor)
             synced_at = learner.updates
+
+
+def stored_frames(collector: Any, throttle: CollectionThrottle) -> tuple[int, bool]:
+    """The frames in the replay buffer (and counted by the hooks) and whether collection is
+    done. The collector counts a batch before it writes it; the learner paces itself on what
+    is written."""
+    if not collector.is_done:
+        return throttle.stored_frames, False
+    with collector.pause():  # the last batch is written once the thread lets go
+        return collector.frames, True
 
 
 def log_row(

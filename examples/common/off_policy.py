@@ -49,18 +49,22 @@ class UpdatePacer:
 
 class CollectionThrottle:
     """Keeps a background collector at most `frames_ahead` frames ahead of the learner, as
-    the collector's `pre_collect_hook`: before each batch, the collector's thread waits until
-    its frame count is below the limit the learner last set with `allow`.
+    the collector's `pre_collect_hook`: before each batch, the collector's thread publishes
+    the frames stored so far (`stored_frames`: every batch before this one is in the replay
+    buffer) and waits until its frame count is below the limit the learner last set with
+    `allow`.
 
     Without it a collector that steps faster than the learner trains runs through its whole
-    budget on an early policy, and the learner then trains on data it never acted on.
-    `open()` lifts the limit (before `collector.pause()`, which waits for the batch in flight,
-    and before shutting the collector down).
+    budget on an early policy, and the learner then trains on data it never acted on. With
+    `frames_ahead` at most one batch, collection and learning take turns. `open()` lifts
+    the limit (before `collector.pause()`, which waits for the batch in flight, and before
+    shutting the collector down).
     """
 
     def __init__(self, frames_ahead: int) -> None:
         self.frames_ahead = frames_ahead
         self.collector: Any = None
+        self.stored_frames = 0
         self._limit = math.inf
         self._condition = threading.Condition()
 
@@ -68,6 +72,7 @@ class CollectionThrottle:
         """Throttle `collector` (the one this hook was given to), from its frames now."""
         with self._condition:
             self.collector = collector
+            self.stored_frames = collector.frames
             self._limit = collector.frames + self.frames_ahead
 
     def allow(self, learned_frames: int) -> None:
@@ -93,6 +98,7 @@ class CollectionThrottle:
         if self.collector is None:
             return
         with self._condition:
+            self.stored_frames = self.collector.frames
             self._condition.wait_for(lambda: self.collector.frames < self._limit)
 
 

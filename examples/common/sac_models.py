@@ -68,10 +68,13 @@ class SquashedGaussianActor(nn.Module):
         action = self.action_center + self.action_scale * squashed
         return action.reshape(*squashed.shape[:-1], *self.action_shape)
 
-    def sample(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised action (in the bounds) and its log-probability, shape `[...]`."""
+    def sample(
+        self, observation: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action (in the bounds) and its log-probability, shape `[...]`;
+        the noise is drawn from `generator` (default: torch's global one)."""
         mean, log_std = self._distribution(observation)
-        noise = torch.randn_like(mean)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         unsquashed = mean + log_std.exp() * noise
         gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
         # log(1 - tanh(u)^2), written to stay finite for large |u|

@@ -25,13 +25,12 @@ from tests.examples.script_runner import (
 )
 
 BATCH = 50
-AHEAD = 100
 STARTS = 200
 TINY = (
     f"collector.frames_per_batch={BATCH}",
     f"collector.init_random_frames={STARTS}",
     f"sac.learning_starts={STARTS}",
-    f"sac.collect_ahead={AHEAD}",
+    f"sac.collect_ahead={BATCH}",  # collection and learning take turns
     "actor.hidden_sizes=[32,32]",
     "critic.hidden_sizes=[32,32]",
     "replay_buffer.batch_size=32",
@@ -59,7 +58,9 @@ def sac() -> Iterator[ModuleType]:
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("no_leftover_children")
 def test_sac_learns_beside_a_throttled_collector_then_resumes(tmp_path: Path) -> None:
-    result = run_script("sac", tmp_path, *TINY, "collector.total_frames=800")
+    result = run_script(
+        "sac", tmp_path, *TINY, "collector.total_frames=800", "checkpoint_every=400"
+    )
     check_succeeded(result)
     check_run_outputs(tmp_path)
     rows = metric_rows(tmp_path)
@@ -72,9 +73,9 @@ def test_sac_learns_beside_a_throttled_collector_then_resumes(tmp_path: Path) ->
     last = rows[-1]
     assert int(last["updates"]) == 800 - STARTS, "one gradient step per frame past the start"
     assert int(last["buffer_size"]) == 800
-    for row in rows:  # the collector never ran further ahead than the throttle allows
+    for row in rows:  # the learner had trained on all but the last batch at most
         behind = int(row["frames"]) - STARTS - int(row["updates"])
-        assert behind <= AHEAD + BATCH, row
+        assert behind <= BATCH, row
     # 4 Pendulum episodes of 200 steps: the 10-episode window holds all of them, as does the
     # collector's own 100-episode one
     assert int(last["episodes"]) == 4
