@@ -4,7 +4,6 @@ loop replayed with the same actions, TorchRL's `MultiThreadedEnv` keys and flags
 from __future__ import annotations
 
 import sys
-import types
 from typing import Any
 
 import gymnasium
@@ -67,13 +66,11 @@ def test_collector_batches_equal_envpool_loop_replayed(
 
 def test_keys_and_flags_match_torchrl_multithreaded_env(monkeypatch: pytest.MonkeyPatch) -> None:
     torchrl_envs = pytest.importorskip("torchrl.envs")
-    # TorchRL's wrapper reads EnvPool's spaces through its "gym" backend: Gymnasium's spaces
-    # (EnvPool's gymnasium tasks) serve it. It imports treevalue only to recognise tree-shaped
-    # observations, which Box tasks never return: an empty stand-in of the type is enough.
+    # TorchRL's wrapper imports treevalue (in the test extra).
+    # TorchRL's wrapper reads EnvPool's spaces through its "gym" backend (the old `gym`
+    # package, which does not install beside NumPy 2): Gymnasium's spaces, which EnvPool's
+    # gymnasium tasks return, serve it under that name for this test.
     monkeypatch.setitem(sys.modules, "gym", gymnasium)
-    treevalue = types.ModuleType("treevalue")
-    treevalue.TreeValue = type("TreeValue", (), {})  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "treevalue", treevalue)
     theirs = torchrl_envs.MultiThreadedEnvWrapper(
         envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4, seed=SEED)
     )
