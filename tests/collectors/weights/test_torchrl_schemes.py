@@ -35,6 +35,7 @@ def test_from_backend_builds_the_scheme_torchrl_builds(backend: str) -> None:
     assert type(mapped) is type(ours)
 
 
+@pytest.mark.filterwarnings("ignore:state_dict strategy is experimental")
 def test_torchrl_options_and_per_worker_weights_are_taken() -> None:
     ours = SharedMemWeightSyncScheme.from_backend(
         "shared", strategy="state_dict", sync=True, per_worker_weights=True
