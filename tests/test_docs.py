@@ -206,7 +206,7 @@ def test_running_experiments_lists_every_config_and_how_to_activate() -> None:
     page = (DOCS / "guide" / "experiments.md").read_text()
     assert "source .venv/bin/activate" in page
     conf = ROOT / "examples" / "conf"
-    for group in ("env", "collector"):
+    for group in ("env", "collector", "logger"):
         for config in sorted((conf / group).glob("*.yaml")):
             assert f"`{config.stem}`" in page, f"{group}={config.stem} is not listed"
     assert "resume=" in page
