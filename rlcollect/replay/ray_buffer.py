@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -53,6 +53,7 @@ class ReplayBufferServer:
     def __init__(self, options: dict[str, Any]) -> None:
         self.buffer: ReplayBuffer | None = None
         self.error: BaseException | None = None
+        self.tallies: dict[str, int] = {}  # items written by each named writer
         try:
             self.buffer = ReplayBuffer(**copy.deepcopy(options))
         except BaseException as err:  # raised by ready(), with its traceback
@@ -68,6 +69,17 @@ class ReplayBufferServer:
         if not callable(attribute):
             return attribute
         return attribute(*(_own(argument) for argument in args))
+
+    def extend_as(self, writer: str, data: Any) -> torch.Tensor:
+        """`extend(data)`, counting the items written under `writer`'s name."""
+        buffer: Any = self.buffer
+        before = buffer.write_count
+        index = buffer.extend(_own(data))
+        self.tallies[writer] = self.tallies.get(writer, 0) + buffer.write_count - before
+        return index  # type: ignore[no-any-return]
+
+    def written_by(self, writers: list[str]) -> list[int]:
+        return [self.tallies.get(writer, 0) for writer in writers]
 
     def length(self) -> int:
         return len(self.buffer)  # type: ignore[arg-type]
@@ -141,6 +153,17 @@ class RayReplayBufferClient:
     def extend(self, data: Any) -> torch.Tensor:
         """Add a batch of items (see `ReplayBuffer.extend`); returns their slots."""
         return self._call("extend", data)  # type: ignore[no-any-return]
+
+    def extend_as(self, writer: str, data: Any) -> torch.Tensor:
+        """`extend(data)`, and the buffer counts the items written under `writer`'s name:
+        a writer that dies between a write and its report of it is then counted by asking
+        the buffer (`written_by`), which saw every write it acknowledged."""
+        return self._remote("extend_as", writer, data)  # type: ignore[no-any-return]
+
+    def written_by(self, writers: Sequence[str]) -> list[int]:
+        """The items written under each name of `writers` with `extend_as` (0 for a name
+        never used), as the buffer acknowledged them."""
+        return [int(count) for count in self._remote("written_by", list(writers))]
 
     def add(self, data: Any) -> int:
         """Add one item; returns its slot."""

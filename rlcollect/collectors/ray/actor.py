@@ -44,6 +44,14 @@ class ActorSpec:
     trajectory_ids: tuple[int, int]
     index: int
     replay_buffer: Any = None  # a picklable client of a Ray-served buffer
+    writer: str = ""  # the name its writes go under (see `writer_name`), unique per collector
+
+
+def writer_name(spec: ActorSpec, incarnation: int) -> str:
+    """The name under which the actor's `incarnation`-th process (0: the first, k: after k
+    restarts) extends the buffer, so that the driver can ask the buffer what a process that
+    died wrote after it last reported."""
+    return f"{spec.writer}/{spec.index}/{incarnation}"
 
 
 class CollectorActor:
@@ -64,6 +72,7 @@ class CollectorActor:
             warnings.simplefilter("ignore")
             self.restored = not context.was_current_actor_reconstructed
         self.node_id = context.get_node_id()
+        self.writer = writer_name(spec, 0)  # a restarted actor learns its own in restore()
         self.collector: Any = None
         self.build_error: BaseException | None = None
         try:
@@ -105,9 +114,16 @@ class CollectorActor:
         }
 
     def restore(
-        self, weights: Any, version: int, trajectory_ids: tuple[int, int], seed: int | None
+        self,
+        weights: Any,
+        version: int,
+        trajectory_ids: tuple[int, int],
+        seed: int | None,
+        incarnation: int,
     ) -> None:
-        """After a restart: the current weights, fresh trajectory ids and a seed moved on."""
+        """After a restart: the current weights, fresh trajectory ids, a seed moved on, and
+        the name its writes go under from now on."""
+        self.writer = writer_name(self.spec, incarnation)
         self.collector.assign_trajectory_ids(*trajectory_ids)
         if weights is not None:
             self.collector.apply_weights(weights, version, None)
@@ -155,8 +171,14 @@ class CollectorActor:
     def _extend(self, batch: TensorDictBase | None) -> None:
         """Write `batch` to the buffer (None: the collector wrote it, `trajs_per_write` whole
         episodes at a time)."""
-        if batch is not None:
-            self.spec.replay_buffer.extend(batch)
+        if batch is None:
+            return
+        buffer = self.spec.replay_buffer
+        extend_as = getattr(buffer, "extend_as", None)  # ours counts each writer's items
+        if callable(extend_as):
+            extend_as(self.writer, batch)
+        else:
+            buffer.extend(batch)
 
     def start(self, frames: int) -> None:
         """Extend the replay buffer batch after batch in the background, `frames` frames in

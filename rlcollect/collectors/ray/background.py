@@ -82,14 +82,30 @@ class BackgroundWriting:
         written since `start()`."""
         written = self.fleet.call(self.fleet.slots, "stop", timeout=timeout)
         self.active = False
+        for slot, frames in zip(self.fleet.slots, written, strict=True):
+            slot.counted += frames
         return sum(written) + sum(self.written_before)
 
-    def resume(self, slot: ActorSlot) -> None:
-        """A restarted actor goes on with what is left of its share."""
+    def reported(self, slot: ActorSlot) -> int:
+        """Frames the current process of `slot` reported writing since `start()` (0 when not
+        writing in the background)."""
+        return self.written[slot.index] if self.active else 0
+
+    def abandon(self) -> int:
+        """End the background writes of actors that are already gone; returns the frames
+        they reported since `start()` (0 if they were not writing)."""
+        if not self.active:
+            return 0
+        self.active = False
+        return sum(self.written) + sum(self.written_before)
+
+    def resume(self, slot: ActorSlot, unreported: int) -> None:
+        """A restarted actor goes on with what is left of its share (its dead process wrote
+        `unreported` frames more than it reported)."""
         if not self.active:
             return
         index = slot.index
-        self.written_before[index] += self.written[index]
+        self.written_before[index] += self.written[index] + unreported
         self.written[index] = 0
         share = self.shares[index]
         left = max(0, share - self.written_before[index]) if share else 0

@@ -7,6 +7,7 @@ or straight into a Ray-served replay buffer).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -21,9 +22,10 @@ from rlcollect.collectors.children import RESTART_ID_GAP, gather_batches, gather
 from rlcollect.collectors.options import BatchOptions, round_to_batches, validate_frames
 from rlcollect.collectors.policy.policy_map import policy_or_map
 from rlcollect.collectors.policy.weights import Weights
+from rlcollect.collectors.ray.actor import writer_name
 from rlcollect.collectors.ray.background import BackgroundWriting
 from rlcollect.collectors.ray.control import RayCollectorControl
-from rlcollect.collectors.ray.fleet import ActorFleet, ActorSlot, Call
+from rlcollect.collectors.ray.fleet import CLOSE_TIMEOUT, ActorFleet, ActorSlot, Call
 from rlcollect.collectors.ray.options import (
     actor_episode_layout,
     check_flag,
@@ -39,6 +41,7 @@ from rlcollect.collectors.weights.sender import (
     check_update_timeout,
     select_children,
 )
+from rlcollect.errors import MisuseError
 from rlcollect.runtime.ray_lease import RayLease, check_init_config, require_ray
 
 # A restarted actor's seed moves on by this much per restart, so it does not replay its past.
@@ -85,6 +88,8 @@ class RayCollector(RayCollectorControl):
             weights were last sent gets the policy's weights before its next one (-1: never).
         replay_buffer: a `RayReplayBuffer` (any Ray-served buffer): the actors extend it
             themselves, iteration yields None, and `start()` runs them in the background.
+            A `RayReplayBuffer` counts each actor process's writes, so an actor lost with
+            its node after writing and before reporting it is still counted in `frames`.
         weight_sync_schemes: `{"policy": RayWeightSyncScheme()}` (the default) or
             `NoWeightSyncScheme()`.
         weight_recv_schemes: `{"policy": receiver}` polled before every batch; what it
@@ -243,6 +248,7 @@ class RayCollector(RayCollectorControl):
         self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._seeds: list[int | None] = [None] * num
         self._pending: dict[int, Call] = {}  # sync=False: the collect in flight per actor
+        self._writes_counted = False  # what the ended actors wrote is counted
         self._turn = 0
 
     # --- iteration ------------------------------------------------------------------------------
@@ -323,6 +329,7 @@ class RayCollector(RayCollectorControl):
 
     def _account(self, slot: ActorSlot, info: Mapping[str, Any]) -> None:
         self._frames += int(info["frames"])
+        slot.counted += int(info["frames"])
         slot.policy_version = int(info["version"])
         self.weights.stale[slot.index] += 1
 
@@ -351,16 +358,46 @@ class RayCollector(RayCollectorControl):
 
     def _restore(self, slot: ActorSlot) -> None:
         """Give a restarted actor the current weights, trajectory ids of its own and its seed
-        moved on; in the background, it goes on with what is left of its share."""
+        moved on; in the background, it goes on with what is left of its share. What its dead
+        process wrote to the buffer after it last reported is counted (the buffer saw it)."""
+        unreported = self._unreported(slot, slot.restarts - 1)
         offset, stride = slot.spec.trajectory_ids
         ids = (offset + stride * RESTART_ID_GAP * slot.restarts, stride)
         reference = self.weights.current
         seed = self._seeds[slot.index]
         seed = None if seed is None else seed + RESTART_SEED_STRIDE * slot.restarts
-        self.fleet.call([slot], "restore", reference, self.policy_version, ids, seed)
+        self.fleet.call([slot], "restore", reference, self.policy_version, ids, seed, slot.restarts)
         if reference is not None:
             slot.policy_version = self.policy_version
-        self.background.resume(slot)
+        if self.background.active:
+            self.background.resume(slot, unreported)
+        else:
+            self._frames += unreported
+        slot.counted = 0
+
+    def _unreported(self, slot: ActorSlot, incarnation: int) -> int:
+        """Frames that process `incarnation` of the actor (0: its first) wrote to the replay
+        buffer and the collector never counted (the process died in between), as the buffer
+        counted them; 0 with a buffer that does not count its writers."""
+        written_by = getattr(slot.spec.replay_buffer, "written_by", None)
+        if not callable(written_by):
+            return 0
+        (written,) = written_by([writer_name(slot.spec, incarnation)])
+        return max(0, int(written) - slot.counted - self.background.reported(slot))
+
+    def _count_last_writes(self) -> None:
+        """Once the actors are ended (after a failure too): count what they wrote in the
+        background, and what they wrote without reporting it, so that `frames` stays what
+        the buffer received from them."""
+        if self._writes_counted or self.options.replay_buffer is None:
+            return
+        self._writes_counted = True
+        unreported = 0
+        if self.fleet.ray.is_initialized():
+            self.fleet.wait_ended(CLOSE_TIMEOUT)  # nothing of theirs still on its way
+            with contextlib.suppress(MisuseError):  # the buffer was closed before
+                unreported = sum(self._unreported(s, s.restarts) for s in self.fleet.slots)
+        self._frames += self.background.abandon() + unreported
 
     # --- background collection into a Ray-served replay buffer ----------------------------------
 
@@ -400,6 +437,7 @@ class RayCollector(RayCollectorControl):
         fleet = getattr(self, "fleet", None)
         if fleet is not None:
             fleet.close()
+            self._count_last_writes()
         self._pending.clear()
         self.weights.close()
         self._release()

@@ -67,6 +67,7 @@ class ActorSlot:
     node_id: str = ""
     restarts: int = 0
     policy_version: int = 0
+    counted: int = 0  # frames the collector counted from the actor's current process
 
 
 @dataclass
@@ -317,6 +318,20 @@ class ActorFleet:
     def process_ids(self) -> list[int]:
         """Every actor's process id and those of its worker processes."""
         return [pid for pids in self.call(self.slots, "process_ids") for pid in pids]
+
+    def wait_ended(self, timeout: float) -> None:
+        """Wait (up to `timeout` seconds in all) until Ray reports every killed actor dead, so
+        that nothing it sent before it died is still on its way."""
+        if not self.ray.is_initialized():
+            return
+        deadline = time.monotonic() + timeout
+        for slot in self.slots:
+            while time.monotonic() < deadline:
+                try:  # answered while the kill is not through yet
+                    self.ray.get(slot.handle.ready.remote(), timeout=deadline - time.monotonic())
+                except Exception:  # dead (RayActorError), or a build error, or out of time
+                    break
+                time.sleep(RESTART_POLL)
 
     def close(self, graceful: bool = True) -> None:
         """Kill every actor; `graceful` first lets them close their collectors (and worker

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -237,6 +238,7 @@ def plan_actors(
             # The actor's collector writes its episodes, `trajs_per_write` at a time.
             kwargs["replay_buffer"] = client
     configs = check_remote_configs(remote_configs, num)
+    writer = f"rlcollect-collector-{uuid.uuid4().hex[:12]}"  # its actors' writes, by name
     specs = [
         ActorSpec(
             collector_class=collector_class,
@@ -247,6 +249,7 @@ def plan_actors(
             trajectory_ids=(index, num),
             index=index,
             replay_buffer=client,
+            writer=writer,
         )
         for index, maker in enumerate(makers)
     ]

@@ -57,12 +57,16 @@ def test_the_replay_buffer_api_answers_from_the_actor(tmp_path: Path) -> None:
         client = pickle.loads(pickle.dumps(rb.client()))
         client.extend(frames(2, start=100.0))
         assert (len(client), rb.write_count) == (13, 13)
+        # Writes under a name are counted by name (a RayCollector's actors write so).
+        client.extend_as("actor-0", frames(3))
+        assert rb.written_by(["actor-0", "nobody"]) == [3, 0]
+        assert rb.write_count == 16
         with pytest.raises(TypeError, match=r"is not pickled; pass rb.client\(\)"):
             pickle.dumps(rb)
         rb.dumps(str(tmp_path / "saved"))
         rb.empty()
         rb.loads(str(tmp_path / "saved"))
-        assert len(rb) == 13
+        assert len(rb) == 16
     with pytest.raises(MisuseError, match=r"is closed; build a new one"):
         len(rb)
 

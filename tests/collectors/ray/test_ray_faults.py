@@ -139,6 +139,8 @@ def test_a_restarted_actor_goes_on_filling_the_buffer_while_the_other_keeps_coll
             time.sleep(0.01)
         collector.async_shutdown()
         assert [actor["restarts"] for actor in collector.stats()["collectors"]] == [1, 0]
+        # What the killed process wrote after it last reported is counted too.
+        assert collector.frames == rb.write_count
     ids = rb[torch.arange(min(len(rb), rb.write_count))][keys.TRAJ_IDS]
     restarted = ids[(ids % 2 == 0) & (ids >= 2 * RESTART_ID_GAP)]
     assert restarted.numel() > 0, "the restarted actor wrote, with trajectory ids of its own"
