@@ -274,7 +274,7 @@ def train(cfg: DictConfig) -> float:
         pre_collect_hook=throttle,
         post_collect_hook=recent,
     )
-    throttle.watch(collector)
+    throttle.watch(collector, replay_buffer)
     collector.set_seed(cfg.seed)
     if state:
         learner.load_state_dict(state)
@@ -343,7 +343,7 @@ def learn(
     synced_at = learner.updates
     rows = 0
     while not stop.requested:
-        frames, finished = stored_frames(collector, throttle)
+        frames, buffer_size, finished = stored(collector, replay_buffer, throttle)
         if frames >= next_log:
             log_row(collector, replay_buffer, learner, recent, recorder)
             next_log += cfg.log_every * ((frames - next_log) // cfg.log_every + 1)  # on the grid
@@ -354,7 +354,7 @@ def learn(
             with throttle.opened(), collector.pause():  # the batch in flight may be held
                 recorder.save(collector.frames, checkpoint)
                 throttle.allow(frames)  # once resumed, the collector waits for its turn again
-        lag = pacer.lag(frames, learner.updates, len(replay_buffer))
+        lag = pacer.lag(frames, learner.updates, buffer_size)
         if lag <= 0:
             throttle.allow(frames)
             if finished:
@@ -369,14 +369,16 @@ def learn(
             synced_at = learner.updates
 
 
-def stored_frames(collector: Any, throttle: CollectionThrottle) -> tuple[int, bool]:
-    """The frames in the replay buffer (and counted by the hooks) and whether collection is
-    done. The collector counts a batch before it writes it; the learner paces itself on what
-    is written."""
+def stored(
+    collector: Any, replay_buffer: Any, throttle: CollectionThrottle
+) -> tuple[int, int, bool]:
+    """The frames written to the replay buffer, its size, and whether collection is done.
+    The collector counts a batch before it writes it: the learner paces itself on what is
+    written, the two read together between batches (so the same seed makes the same run)."""
     if not collector.is_done:
-        return throttle.stored_frames, False
+        return (*throttle.stored, False)
     with collector.pause():  # the last batch is written once the thread lets go
-        return collector.frames, True
+        return collector.frames, len(replay_buffer), True
 
 
 def log_row(

@@ -50,9 +50,9 @@ class UpdatePacer:
 class CollectionThrottle:
     """Keeps a background collector at most `frames_ahead` frames ahead of the learner, as
     the collector's `pre_collect_hook`: before each batch, the collector's thread publishes
-    the frames stored so far (`stored_frames`: every batch before this one is in the replay
-    buffer) and waits until its frame count is below the limit the learner last set with
-    `allow`.
+    the frames counted so far and the size of the replay buffer (`stored`: every batch before
+    this one is written, so the two agree) and waits until its frame count is below the
+    limit the learner last set with `allow`.
 
     Without it a collector that steps faster than the learner trains runs through its whole
     budget on an early policy, and the learner then trains on data it never acted on. With
@@ -64,15 +64,17 @@ class CollectionThrottle:
     def __init__(self, frames_ahead: int) -> None:
         self.frames_ahead = frames_ahead
         self.collector: Any = None
-        self.stored_frames = 0
+        self.replay_buffer: Any = None
+        self.stored = (0, 0)  # (frames, buffer size) before the batch the collector is at
         self._limit = math.inf
         self._condition = threading.Condition()
 
-    def watch(self, collector: Any) -> None:
-        """Throttle `collector` (the one this hook was given to), from its frames now."""
+    def watch(self, collector: Any, replay_buffer: Any) -> None:
+        """Throttle `collector` (the one this hook was given to), which fills
+        `replay_buffer`, from its frames now."""
         with self._condition:
-            self.collector = collector
-            self.stored_frames = collector.frames
+            self.collector, self.replay_buffer = collector, replay_buffer
+            self.stored = (collector.frames, len(replay_buffer))
             self._limit = collector.frames + self.frames_ahead
 
     def allow(self, learned_frames: int) -> None:
@@ -98,7 +100,7 @@ class CollectionThrottle:
         if self.collector is None:
             return
         with self._condition:
-            self.stored_frames = self.collector.frames
+            self.stored = (self.collector.frames, len(self.replay_buffer))
             self._condition.wait_for(lambda: self.collector.frames < self._limit)
 
 

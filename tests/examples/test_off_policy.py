@@ -49,13 +49,13 @@ def test_throttle_holds_the_background_collector_at_the_learners_limit(
         replay_buffer=buffer,
         pre_collect_hook=throttle,
     )
-    throttle.watch(collector)
+    throttle.watch(collector, buffer)
     collector.start()
     try:
         wait_for_frames(collector, 100)
         time.sleep(0.3)  # had it not been held, it would go on to 1000 meanwhile
         assert collector.frames == 100
-        assert throttle.stored_frames == len(buffer) == 100, "both batches are written"
+        assert throttle.stored == (100, 100), "both batches are written"
         throttle.allow(120)  # trained on 120 frames: up to 220, whole batches below it
         wait_for_frames(collector, 250)
         time.sleep(0.3)
