@@ -47,7 +47,7 @@ from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.interrupt import StopOnInterrupt
 from common.off_policy import CollectionThrottle, RecentReturns, StallWatch, UpdatePacer
 from common.recorder import WEIGHT_UPDATE, RunRecorder
-from common.video import EvaluationVideo
+from common.video import EvaluationVideo, check_video_config
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -209,6 +209,7 @@ def check_config(cfg: DictConfig) -> None:
         nonnegative_ints=["eval_episodes", "sac.learning_starts"],
         positive_numbers=["sac.utd_ratio", "sac.init_alpha", "sac.stall_timeout_s"],
     )
+    check_video_config(cfg)
     refuse_collector_option(
         cfg,
         "collector.split_trajs",
@@ -315,7 +316,7 @@ def train(cfg: DictConfig) -> float:
     recorder.close()
     if not stop.requested:
         report_run(recorder, env_factory, greedy, cfg.eval_episodes, ["updates"], eval_seed)
-        video.record(greedy, collector.frames, eval_seed)
+        video.record(greedy, collector.frames, eval_seed, final=True)
     recorder.finish()
     stop.exit_if_requested(recorder.run_dir)
     return float(recorder.last_row.get(RECENT_RETURN, math.nan))

@@ -123,6 +123,8 @@ def sac_config(*overrides: str) -> DictConfig:
         (("sac.tau=1.5",), "sac.tau=1.5: expected a number in [0, 1]"),
         (("sac.learning_starts=200000",), "sac.learning_starts=200000 is more than the buffer"),
         (("sac.collect_ahead=0",), "sac.collect_ahead=0: expected a positive int"),
+        (("video.max_steps=0",), "video.max_steps=0: expected a positive int"),
+        (("logger._target_=no.such.Logger",), "logger._target_='no.such.Logger' cannot be"),
     ],
 )
 def test_sac_config_errors_name_the_key(
