@@ -56,3 +56,32 @@ def resolve_attribute_path(root: Any, path: str) -> Any:
         except (AttributeError, KeyError, IndexError) as err:
             raise type(err)(f"{path!r}: {step!r} does not exist on {type(value).__name__}") from err
     return value
+
+
+def resolve_model(root: Any, model_id: str, owner: str | None = None) -> Any:
+    """The module a model id other than `"policy"` names on `root` (a collector), e.g.
+    `"env.transform[0].module"`, as TorchRL resolves the ids of `weights_dict`; `owner`
+    names the collector in errors (default: `root`'s type).
+
+    Raises:
+        KeyError: the path leads nowhere (naming the model id and the missing step).
+        ValueError: a malformed path.
+        TypeError: it names something that is not an `nn.Module` (no weights to load).
+    """
+    from torch import nn
+
+    try:
+        model = resolve_attribute_path(root, model_id)
+    except (AttributeError, KeyError, IndexError) as err:
+        raise KeyError(
+            f"model id {model_id!r} names no model of the {owner or type(root).__name__}: "
+            f"{err.args[0]}. "
+            "A model id is 'policy' or an attribute path on the collector that runs the env, "
+            "e.g. 'env.transform[0].module'."
+        ) from err
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model id {model_id!r} names a {type(model).__name__}, not an nn.Module; name the "
+            "module whose weights to load, e.g. 'env.transform[0].module'."
+        )
+    return model

@@ -49,7 +49,9 @@ def one_weights_source(
 ) -> Any:
     """The one of TorchRL's ways of passing weights that was used (None: none was):
     positionally, `weights=`, `policy=`, or `weights_dict={model_id: weights}`; `model_id`
-    names the model they are for. Only the policy (`"policy"`) is synced today.
+    names the model they are for. Here the policy's only (`"policy"`): `receive_weights` and
+    receive schemes carry the policy; `update_policy_weights_` reads other models' weights
+    with `weights_by_model`.
 
     Raises:
         ValueError: more than one was given, naming them; a model id other than "policy".
@@ -84,6 +86,56 @@ def one_weights_source(
     return next(iter(given.values()), None)
 
 
+def weights_by_model(
+    policy_or_weights: Any,
+    weights: Any,
+    policy: Any,
+    weights_dict: Mapping[str, Any] | None,
+    model_id: str | None,
+) -> tuple[bool, Any, dict[str, Any]]:
+    """What `update_policy_weights_` was asked to update, with TorchRL's rules: whether the
+    policy is updated, its weights (None: read again), and the weights of every other model
+    by model id (an attribute path, e.g. `"env.transform[0].module"`).
+
+    Raises:
+        ValueError: `weights_dict` together with `model_id` or with weights, more than one
+            source, or no weights for a model other than the policy.
+        TypeError: `weights_dict` is no mapping, or a model id is no string.
+    """
+    if weights_dict is not None:
+        if not isinstance(weights_dict, Mapping):
+            raise TypeError(
+                "weights_dict must map model ids to weights, e.g. {'policy': weights, "
+                f"'env.transform[0].module': value_weights}}; got {type(weights_dict).__name__}."
+            )
+        if model_id is not None:
+            raise ValueError(
+                f"update_policy_weights_ got weights_dict and model_id={model_id!r}; pass one: "
+                "weights_dict names the model of each weights itself."
+            )
+        sources = [policy_or_weights, weights, policy]
+        if any(source is not None for source in sources):
+            raise ValueError(
+                "update_policy_weights_ got weights_dict and weights (policy_or_weights, "
+                "weights= or policy=); put every model's weights in weights_dict."
+            )
+        requested = dict(weights_dict)
+    else:
+        source = one_weights_source(policy_or_weights, weights, policy)
+        requested = {model_id if model_id is not None else POLICY_MODEL_ID: source}
+    for name, source in requested.items():
+        if not isinstance(name, str):
+            raise TypeError(f"model ids are strings ('policy' or an attribute path); got {name!r}.")
+        if name != POLICY_MODEL_ID and source is None:
+            raise ValueError(
+                f"update_policy_weights_ got no weights for model {name!r}; only the policy's "
+                "are read again from the policy this collector was given. Pass the weights."
+            )
+    has_policy = POLICY_MODEL_ID in requested
+    policy_source = requested.pop(POLICY_MODEL_ID, None)
+    return has_policy, policy_source, requested
+
+
 class CollectorBase:
     """The contract every collector keeps (see the module docstring); iteration and
     `update_policy_weights_` are written here once, on top of the rest."""
@@ -111,10 +163,17 @@ class CollectorBase:
         """Load new policy weights where the policy runs, and wait until they are in use.
 
         Weights come as a module, a state dict or a TensorDict of parameters, positionally
-        or as `weights=` / `policy=` / `weights_dict={"policy": weights}` (one of them, as
-        in TorchRL; `model_id`, when given, must be `"policy"`: the one model synced). With
-        none, they are read again from the policy this collector was given, so that
-        `update_policy_weights_()` after an optimiser step on it is enough. With
+        or as `weights=` / `policy=` (one of them, as in TorchRL), for the model `model_id`
+        (default `"policy"`), or as `weights_dict={model_id: weights}` for several models at
+        once. A model id other than `"policy"` is an attribute path on the collector that
+        runs the env (e.g. `"env.transform[0].module"`, a value network inside an env
+        transform), as TorchRL resolves it in a worker; its weights are checked against that
+        module's names, shapes and dtypes before anything is loaded or sent, and loaded
+        before the policy's (`policy_version` counts the policy's updates only). Collector,
+        MultiSyncCollector and MultiAsyncCollector update other models; the Ray collector
+        refuses them. With no weights, the policy's are read again from the policy this
+        collector was given, so that `update_policy_weights_()` after an optimiser step on
+        it is enough. With
         `policies=`, `policy_id` addresses one policy: the weights are its own, and the other
         policies keep theirs.
 
@@ -126,13 +185,31 @@ class CollectorBase:
         them in place (it has no children: `worker_ids` and `timeout` are unused).
 
         Raises:
-            ValueError: more than one source, a model id other than "policy", a missing or
-                extra key, or a tensor of the wrong shape or dtype.
+            ValueError: more than one source, `weights_dict` with `model_id` or weights, a
+                missing or extra key, or a tensor of the wrong shape or dtype.
+            KeyError: a model id that names nothing on the collector that runs the env.
             WorkerError / ActorError: a child did not acknowledge within `timeout` seconds
                 (the error names its path, e.g. `worker 1 -> worker 0`) or failed.
         """
-        source = one_weights_source(policy_or_weights, weights, policy, weights_dict, model_id)
-        self._update_weights(source, policy_id, worker_ids, timeout)
+        has_policy, source, models = weights_by_model(
+            policy_or_weights, weights, policy, weights_dict, model_id
+        )
+        if models:
+            self._update_models(models, worker_ids, timeout)
+        if has_policy:
+            self._update_weights(source, policy_id, worker_ids, timeout)
+
+    def _update_models(
+        self, models: dict[str, Any], worker_ids: Any, timeout: float | None
+    ) -> None:
+        """Load the weights of models other than the policy, by model id (an attribute path
+        on the collector that runs the env), checked first; every child acknowledges."""
+        raise ValueError(
+            f"{type(self).__name__} updates the policy's weights only; got model ids "
+            f"{sorted(models)}. Collector, MultiSyncCollector and MultiAsyncCollector update "
+            "other models too (weights_dict={'policy': ..., 'env.transform[0].module': ...}); "
+            "here, put the other networks' weights in the policy."
+        )
 
     def _update_weights(
         self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None

@@ -268,7 +268,8 @@ class MultiCollectorBase(MultiCollectorControl):
         return [each] * num_workers
 
     def _choose_scheme(self, schemes: Mapping[str, WeightSyncScheme] | None) -> WeightSyncScheme:
-        chosen = check_schemes("weight_sync_schemes", schemes).get(POLICY_MODEL_ID)
+        checked = check_schemes("weight_sync_schemes", schemes, other_models=True)
+        chosen = checked.get(POLICY_MODEL_ID)
         if chosen is not None:
             return chosen
         return SharedMemWeightSyncScheme() if self.weights.template else NoWeightSyncScheme()

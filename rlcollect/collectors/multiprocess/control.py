@@ -26,7 +26,17 @@ from rlcollect.collectors.children import (
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.worker import SEED_REPLY, WorkerCommand
+from rlcollect.collectors.policy.weights import (
+    WeightsLayout,
+    layout_template,
+    validated_weights,
+)
 from rlcollect.collectors.single.profiling import ProfileConfig
+from rlcollect.collectors.weights.sender import (
+    CHILD_TIMEOUT_SHARE,
+    check_update_timeout,
+    select_children,
+)
 from rlcollect.errors import MisuseError
 
 
@@ -141,6 +151,55 @@ class MultiCollectorControl(CollectorWithChildren):
 
     def _policy_model(self) -> Any:
         return self.weights.policy
+
+    def model_layout(self, model_id: str) -> WeightsLayout:
+        """The layout of the weights of the model `model_id` names in the workers (worker
+        0's, asked once per model id; every worker builds the same env).
+
+        Raises:
+            KeyError / TypeError: the model id names no module there.
+        """
+        layouts: dict[str, WeightsLayout] = self.__dict__.setdefault("_model_layouts", {})
+        if model_id not in layouts:
+            first = self.pool.slots[:1]
+            (reply,) = self.pool.request(first, WorkerCommand.MODEL_LAYOUT, 0, model_id.encode())
+            found, answer = pickle.loads(reply)
+            if not found:
+                raise answer
+            layouts[model_id] = answer
+        return layouts[model_id]
+
+    def _update_models(
+        self, models: dict[str, Any], worker_ids: Any, timeout: float | None
+    ) -> None:
+        """Check each model's weights against the workers' model, then send them all to
+        `worker_ids` (None: every worker) and wait until each has loaded them."""
+        checked = {
+            model_id: validated_weights(
+                source, layout_template(self.model_layout(model_id)), target=f"model {model_id!r}"
+            )
+            for model_id, source in models.items()
+        }
+        self.apply_model_weights(checked, timeout, worker_ids)
+
+    def apply_model_weights(
+        self,
+        models: Mapping[str, Any],
+        timeout: float | None = None,
+        worker_ids: int | Sequence[int] | None = None,
+    ) -> None:
+        """Send checked weights of other models to the workers and wait for every
+        acknowledgement; a restarted worker starts with them."""
+        self.pool.check_open()
+        timeout = check_update_timeout(timeout)
+        slots = select_children(self.pool.slots, worker_ids, "worker")
+        sent = {
+            model_id: {n: t.detach().cpu() for n, t in w.items()} for model_id, w in models.items()
+        }
+        for slot in slots:
+            self.pool.specs[slot.index].models.update(sent)
+        payload = pickle.dumps((timeout * CHILD_TIMEOUT_SHARE, sent))
+        self.pool.request(slots, WorkerCommand.UPDATE_MODELS, 0, payload, timeout)
 
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
         """Draw trajectory ids from `offset + k * stride`, shared out among the workers."""

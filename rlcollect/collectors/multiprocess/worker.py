@@ -53,6 +53,8 @@ class WorkerCommand(enum.IntEnum):
     TRAJECTORY_IDS = 13
     PROFILE = 14
     GETATTR_ENV = 15
+    UPDATE_MODELS = 16  # weights of models other than the policy, pickled
+    MODEL_LAYOUT = 17  # names, shapes and dtypes of a model's weights
 
 
 describe_command = command_describer(
@@ -83,6 +85,7 @@ class WorkerSpec:
     version: int = 0
     weights: dict[str, Any] | None = None
     init_fn: Callable[[], None] | None = None  # TorchRL's: run first in the worker process
+    models: dict[str, Any] = field(default_factory=dict)  # other models' weights, by model id
     shared: dict[str, Any] = field(default_factory=dict)
 
     def build(self) -> Any:
@@ -113,6 +116,8 @@ class WorkerSpec:
         collector.assign_trajectory_ids(*self.trajectory_ids)
         if self.weights is not None:
             collector.apply_weights(self.weights, self.version)
+        if self.models:
+            collector.apply_model_weights(self.models)
         return collector
 
 
@@ -202,6 +207,8 @@ class CollectorServer:
             WorkerCommand.TRAJECTORY_IDS: self.assign_trajectory_ids,
             WorkerCommand.PROFILE: self.profile,
             WorkerCommand.GETATTR_ENV: self.getattr_env,
+            WorkerCommand.UPDATE_MODELS: self.update_models,
+            WorkerCommand.MODEL_LAYOUT: self.model_layout,
         }
 
     @staticmethod
@@ -265,6 +272,20 @@ class CollectorServer:
         if weights is not None:
             self.collector.apply_weights(weights, version, timeout)
         return b""
+
+    def update_models(self, _: int, payload: bytes) -> bytes:
+        """Load other models' weights (checked by the parent), then acknowledge."""
+        timeout, models = pickle.loads(payload)
+        self.collector.apply_model_weights(models, timeout)
+        return b""
+
+    def model_layout(self, _: int, payload: bytes) -> bytes:
+        """A model's weights layout, or the error naming why the model id names none
+        (answered, not raised: a wrong model id leaves the worker as it was)."""
+        try:
+            return pickle.dumps((True, self.collector.model_layout(payload.decode())))
+        except (KeyError, TypeError, ValueError) as err:
+            return pickle.dumps((False, err))
 
     def set_seed(self, seed: int, _: bytes) -> bytes:
         """Seed the env and this process's torch generator (random actions, a stochastic

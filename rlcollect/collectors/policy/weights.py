@@ -50,14 +50,17 @@ def transient_names(policy: Any) -> frozenset[str]:
 
 
 def validated_weights(
-    weights: Any, template: Weights, transient: frozenset[str] = frozenset()
+    weights: Any,
+    template: Weights,
+    transient: frozenset[str] = frozenset(),
+    target: str = "the policy",
 ) -> Weights:
     """`weights` checked against `template` (names, shapes, dtypes), detached, on CPU.
 
     The weights of the policy the collector was given may come as they are or as those of the
     plain module a `TensorDictModule` wraps (names without its `module.` prefix). Entries named
     in `transient` (non-persistent buffers, which `TensorDict.from_module` includes) are left
-    out.
+    out. `target` names what the weights are for, in errors (e.g. "model 'env.transform[0]'").
 
     Raises:
         ValueError: naming the missing or extra key, or the key of wrong shape or dtype.
@@ -74,8 +77,8 @@ def validated_weights(
     missing, extra = sorted(set(template) - set(flat)), sorted(set(flat) - set(template))
     if missing or extra:
         raise ValueError(
-            f"the weights do not match the policy: missing keys {missing}, unexpected keys "
-            f"{extra}; expected the keys of the policy's state_dict(): {sorted(template)}."
+            f"the weights do not match {target}: missing keys {missing}, unexpected keys "
+            f"{extra}; expected the keys of its state_dict(): {sorted(template)}."
         )
     checked: Weights = {}
     for name, expected in template.items():
@@ -85,7 +88,7 @@ def validated_weights(
         if tensor.shape != expected.shape or tensor.dtype != expected.dtype:
             raise ValueError(
                 f"weights[{name!r}] has shape {tuple(tensor.shape)} and dtype {tensor.dtype}; "
-                f"the policy's has shape {tuple(expected.shape)} and dtype {expected.dtype}."
+                f"{target} has shape {tuple(expected.shape)} and dtype {expected.dtype}."
             )
         checked[name] = tensor.detach()
     return checked
@@ -129,3 +132,20 @@ def one_policy_weights(
     updated = dict(current)
     updated.update({prefix + name: tensor for name, tensor in checked.items()})
     return updated
+
+
+WeightsLayout = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+def weights_layout(module: nn.Module) -> WeightsLayout:
+    """The names, shapes and dtypes of a module's weights (what a child reports to its
+    parent, so that the parent checks an update before sending it)."""
+    return {name: (tuple(t.shape), t.dtype) for name, t in module.state_dict().items()}
+
+
+def layout_template(layout: WeightsLayout) -> Weights:
+    """A template `validated_weights` checks against, from a `weights_layout` (no storage)."""
+    return {
+        name: torch.empty(shape, dtype=dtype, device="meta")
+        for name, (shape, dtype) in layout.items()
+    }

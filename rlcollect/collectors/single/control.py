@@ -11,19 +11,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
+from rlcollect.collectors.attribute_path import resolve_model
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.options import BatchOptions
 from rlcollect.collectors.policy.holder import PolicyHolder
+from rlcollect.collectors.policy.weights import (
+    WeightsLayout,
+    flat_weights,
+    transient_names,
+    validated_weights,
+    weights_layout,
+)
 from rlcollect.collectors.rollout import TrajectoryStream
 from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.profiling import ProfileConfig, RolloutProfiler
-from rlcollect.envs.torchrl_env import is_torchrl_env
+from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.errors import MisuseError
 
 
@@ -82,6 +91,45 @@ class CollectorControl(CollectorBase):
         again, e.g. to a copy on another device) in place; with `policy_id`, into that one
         policy of the map, else the whole map's (`"policies.<id>.<name>"`)."""
         self.policy.update(source, policy_id=policy_id)
+
+    def _update_models(
+        self, models: dict[str, Any], worker_ids: Any, timeout: float | None
+    ) -> None:
+        """Load each model's weights in place, into the module its model id names on this
+        collector (e.g. `"env.transform[0].module"`), every one checked before any is
+        loaded; `worker_ids` and `timeout` are unused here (no children)."""
+        checked = {}
+        for model_id, source in models.items():
+            module = resolve_model(self._model_root(), model_id, type(self).__name__)
+            target = f"model {model_id!r}"
+            checked[model_id] = validated_weights(
+                source, flat_weights(module), transient_names(module), target
+            )
+        self.apply_model_weights(checked)
+
+    def model_layout(self, model_id: str) -> WeightsLayout:
+        """The names, shapes and dtypes of the weights of the model `model_id` names (what a
+        parent checks an update against before sending it).
+
+        Raises:
+            KeyError / TypeError: as `resolve_model`.
+        """
+        return weights_layout(resolve_model(self._model_root(), model_id, type(self).__name__))
+
+    def _model_root(self) -> Any:
+        """What model ids are resolved on: this collector, with `env` the env it was given
+        (a TorchRL env, not the wrapper it steps), as in TorchRL's collector."""
+        return _ModelRoot(self)
+
+    def apply_model_weights(self, models: Mapping[str, Any], timeout: float | None = None) -> None:
+        """Load weights a parent already checked into the models their ids name (between
+        batches, pausing background collection); `timeout` is unused (no children)."""
+        root, owner = self._model_root(), type(self).__name__
+        targets = {model_id: resolve_model(root, model_id, owner) for model_id in models}
+        paused = self._background.pause() if self._background.is_busy else nullcontext()
+        with paused, torch.no_grad():
+            for model_id, module in targets.items():
+                module.load_state_dict(dict(models[model_id]), strict=True)
 
     def apply_weights(
         self,
@@ -253,3 +301,16 @@ class CollectorControl(CollectorBase):
         """The running profiling session's options, or None."""
         profiler = self._profiler
         return None if profiler is None or profiler.done else profiler.config
+
+
+class _ModelRoot:
+    """A collector seen as TorchRL's: `env` is the TorchRL env it was given (unwrapped from
+    `TorchRLEnv`), anything else is the collector's."""
+
+    def __init__(self, collector: Any) -> None:
+        self._collector = collector
+        env = collector.env
+        self.env = env.env if isinstance(env, TorchRLEnv) else env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collector, name)

@@ -191,12 +191,17 @@ def check_model_id(argument: str, model_id: Any) -> None:
         )
 
 
-def check_schemes(argument: str, schemes: Mapping[str, Any] | None) -> dict[str, WeightSyncScheme]:
-    """Validate a `{model_id: scheme}` mapping (only the `"policy"` model exists today);
-    TorchRL's scheme instances become ours."""
+def check_schemes(
+    argument: str, schemes: Mapping[str, Any] | None, other_models: bool = False
+) -> dict[str, WeightSyncScheme]:
+    """Validate a `{model_id: scheme}` mapping; TorchRL's scheme instances become ours.
+    With `other_models` (the multi-process collectors), model ids other than `"policy"`
+    (attribute paths, e.g. `"env.transform[0].module"`) are accepted, as TorchRL registers
+    them: their weights travel pickled through each worker's pipe whatever the scheme."""
     schemes = dict(schemes or {})
     for model_id, scheme in schemes.items():
-        check_model_id(argument, model_id)
+        if not (other_models and isinstance(model_id, str)):
+            check_model_id(argument, model_id)
         if torchrl_schemes.is_torchrl_scheme(scheme):
             try:
                 scheme = torchrl_schemes.from_torchrl_scheme(SCHEMES, scheme)

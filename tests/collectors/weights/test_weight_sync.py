@@ -18,6 +18,7 @@ from rlcollect.collectors import (
     NoWeightSyncScheme,
     SharedMemWeightSyncScheme,
 )
+from rlcollect.collectors.weights.schemes import check_schemes
 from rlcollect.collectors.weights.sender import select_children
 from rlcollect.errors import WorkerError
 from tests.collectors.policies import BiasPolicy, bias_module
@@ -216,15 +217,13 @@ def test_random_policies_have_no_weights_to_update() -> None:
             select_children(collector.pool.slots, 5, "worker")
 
 
-def test_unknown_model_ids_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"has the model id 'critic'"):
-        MultiSyncCollector(
-            PENDULUM,
-            bias_module(),
-            num_workers=1,
-            frames_per_batch=10,
-            weight_sync_schemes={"critic": SharedMemWeightSyncScheme()},
-        )
+def test_other_model_ids_take_schemes_where_other_models_are_synced() -> None:
+    # The multi-process collectors sync other models (an attribute path, as in TorchRL);
+    # the Ray collector does not, and keeps refusing them.
+    schemes = {"env.transform[0].module": SharedMemWeightSyncScheme()}
+    assert check_schemes("weight_sync_schemes", schemes, other_models=True) == schemes
+    with pytest.raises(ValueError, match=r"has the model id 'env.transform\[0\].module'"):
+        check_schemes("weight_sync_schemes", schemes)
 
 
 @pytest.mark.gpu

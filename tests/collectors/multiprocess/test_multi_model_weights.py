@@ -1,0 +1,154 @@
+"""`update_policy_weights_(weights_dict=..., model_id=...)` for models other than the policy: a
+value network inside a TorchRL env transform, updated with (or without) the policy, in a
+`Collector` (in place, by attribute path) and in every worker of the multi-process collectors
+(each acknowledges before the call returns), checked against the model before anything is sent.
+
+TorchRL 0.14.1 is run beside ours where it has the feature: its single `Collector` without
+schemes refuses another model id with KeyError and leaves a `weights_dict` of other models
+unapplied (ours loads them), and both refuse `weights_dict` together with `model_id`. Its
+multi-process collectors resolve a model id on the parent too, where no env lives, so
+`"env.transform[0].module"` stops their constructor (`'MultiSyncCollector' object has no
+attribute 'env'`): that side is ours alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.collectors import Collector as TorchRLCollector
+from torchrl.data import Unbounded
+from torchrl.envs import Compose, GymEnv, TransformedEnv
+from torchrl.envs.transforms.module import ModuleTransform
+from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+from rlcollect import Collector
+from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors.ray.collector import RayCollector
+from tests.collectors.policies import greedy_module
+
+VALUE = "env.transform[0].module"
+
+
+class ValueTransform(ModuleTransform):
+    """TorchRL's `ModuleTransform`, applied at reset too, so every step carries `"value"`."""
+
+    def _reset(self, tensordict: Any, tensordict_reset: Any) -> Any:
+        return self._call(tensordict_reset)
+
+
+def value_net(bias: float | None = None) -> TensorDictModule:
+    """A linear value network on CartPole's observation; with `bias`, it answers `bias`."""
+    torch.manual_seed(0)
+    net = TensorDictModule(nn.Linear(4, 1), in_keys=["observation"], out_keys=["value"])
+    if bias is not None:
+        with torch.no_grad():
+            net.module.weight.zero_()
+            net.module.bias.fill_(bias)
+    return net
+
+
+def _with_value(spec: Any) -> Any:
+    spec["value"] = Unbounded(shape=(*spec.shape, 1))
+    return spec
+
+
+def make_env() -> TransformedEnv:
+    """CartPole with a value network in its first transform: its output is in every batch."""
+    transform = ValueTransform(
+        module=value_net(), no_grad=True, observation_spec_transform=_with_value
+    )
+    return TransformedEnv(GymEnv("CartPole-v1"), Compose(transform))
+
+
+def always_right() -> dict[str, torch.Tensor]:
+    """Weights of `greedy_module` under which it always picks action 1."""
+    return {"module.linear.weight": torch.zeros(2, 4), "module.linear.bias": torch.tensor([0, 1.0])}
+
+
+def test_collector_loads_the_value_network_and_the_policy_in_place() -> None:
+    theirs = TorchRLCollector(make_env, greedy_module(), frames_per_batch=8, total_frames=-1)
+    ours = Collector(make_env, greedy_module(), frames_per_batch=8, total_frames=-1)
+    try:
+        with pytest.raises(KeyError, match=r"no local weight target for model_id='env"):
+            theirs.update_policy_weights_(value_net(7.0), model_id=VALUE)
+        theirs.update_policy_weights_(weights_dict={VALUE: value_net(7.0)})  # no scheme: ignored
+        assert not (theirs.next()["next", "value"] == 7).any()
+        for collector in (theirs, ours):
+            with pytest.raises(ValueError, match=r"weights_dict.*model_id"):
+                collector.update_policy_weights_(weights_dict={VALUE: {}}, model_id=VALUE)
+        assert not (ours.next()["next", "value"] == 7).any()
+        ours.update_policy_weights_(weights_dict={VALUE: value_net(7.0), "policy": always_right()})
+        batch = ours.next()
+        assert (batch["next", "value"] == 7).all()
+        assert (batch["action"].argmax(-1) == 1).all()
+        assert ours.policy_version == 1  # the policy's updates are counted, the others' not
+        ours.update_policy_weights_(TensorDict.from_module(value_net(-2.0)), model_id=VALUE)
+        assert (ours.next()["next", "value"] == -2).all()
+        assert ours.policy_version == 1
+    finally:
+        theirs.shutdown()
+        ours.shutdown()
+
+
+def test_collector_refuses_unknown_model_ids_and_wrong_weights() -> None:
+    with Collector(make_env, greedy_module(), frames_per_batch=8, total_frames=-1) as collector:
+        with pytest.raises(KeyError, match=r"'env.transform\[3\].module'.*3 does not exist"):
+            collector.update_policy_weights_(weights_dict={"env.transform[3].module": {}})
+        with pytest.raises(KeyError, match=r"'env.critic'.*'critic' does not exist on Transformed"):
+            collector.update_policy_weights_(value_net(), model_id="env.critic")
+        with pytest.raises(TypeError, match=r"'env.batch_size' names a Size, not an nn.Module"):
+            collector.update_policy_weights_(value_net(), model_id="env.batch_size")
+        with pytest.raises(ValueError, match=r"no weights for model 'env.transform\[0\].module'"):
+            collector.update_policy_weights_(model_id=VALUE)
+        wrong = {"weight": torch.zeros(2, 4), "bias": torch.zeros(2)}
+        with pytest.raises(ValueError, match=r"model 'env.transform\[0\].module' has shape"):
+            collector.update_policy_weights_(weights_dict={VALUE: wrong})
+        assert not (collector.next()["next", "value"] == 7).any()  # nothing was loaded
+
+
+def test_ray_collector_refuses_other_models_naming_what_works() -> None:
+    collector = RayCollector.__new__(RayCollector)  # the refusal comes before any actor
+    with pytest.raises(
+        ValueError,
+        match=r"RayCollector updates the policy's weights only.*"
+        r"MultiSyncCollector and MultiAsyncCollector update other models",
+    ):
+        collector.update_policy_weights_(weights_dict={VALUE: value_net()})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_every_worker_applies_the_value_network_and_policy_before_the_call_returns(
+    collector_class: type,
+) -> None:
+    # TorchRL's way: a scheme of its own per model id, accepted (the weights travel by pipe).
+    schemes = {VALUE: MultiProcessWeightSyncScheme()}
+    with collector_class(
+        [make_env, make_env],
+        greedy_module(),
+        frames_per_batch=8,
+        total_frames=-1,
+        weight_sync_schemes=schemes,
+    ) as collector:
+        assert not (collector.next()["next", "value"] == 7).any()
+        update = {VALUE: value_net(7.0), "policy": always_right()}
+        collector.update_policy_weights_(weights_dict=update)
+        with pytest.raises(KeyError, match=r"'env.transform\[3\].module'.*3 does not exist"):
+            collector.update_policy_weights_(weights_dict={"env.transform[3].module": {}})
+        wrong = {"weight": torch.zeros(2, 4), "bias": torch.zeros(1)}
+        with pytest.raises(ValueError, match=r"model 'env.transform\[0\].module' has shape"):
+            collector.update_policy_weights_(weights_dict={VALUE: wrong})
+        # MultiAsync: the batch each worker had on its way was collected before the call.
+        in_flight = 2 if collector_class is MultiAsyncCollector else 0
+        batches = [collector.next() for _ in range(in_flight + 2)][in_flight:]
+        for batch in batches:
+            assert (batch["next", "value"] == 7).all()
+            assert (batch["action"].argmax(-1) == 1).all()
+        assert collector.policy_version == 1
