@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from rlcollect.replay.tallies import Tallies, fresh_tallies
 
 # Cell positions in the int64 array. Two records alternate; ``EPOCH % 2`` names the live one, so a
 # commit becomes visible with one aligned 8-byte store, which a killed process cannot tear.
 EPOCH = 0
 PENDING_EPOCH = 1
 PENDING_COUNT = 2
+TALLIES_STAGED = 3  # 1 while a transaction's tallies are staged (see `Tallies`)
 RECORDS = (4, 8)
 CURSOR, LENGTH, WRITE_COUNT = 0, 1, 2
 NUM_CELLS = 16
@@ -29,9 +34,13 @@ class CommitLog:
     have torn. Readers therefore only ever see committed slots. The valid window is the ``length``
     slots that end just before the cursor.
 
+    A transaction may also count its frames in writer tallies (:class:`Tallies`): they move
+    with the commit, so a tally never counts a write the storage dropped, nor misses one it kept.
+
     Args:
         cells: an int64 array of :data:`NUM_CELLS` cells, zero for an empty storage; in shared
             memory or a mapped file when several processes use the storage.
+        tallies: the storage's writer tallies (next to `cells`); private ones when None.
 
     Examples:
         >>> import numpy as np
@@ -42,12 +51,13 @@ class CommitLog:
         (3, 3, 3, 0)
     """
 
-    def __init__(self, cells: np.ndarray) -> None:
+    def __init__(self, cells: np.ndarray, tallies: Tallies | None = None) -> None:
         if cells.dtype != np.int64 or cells.shape != (NUM_CELLS,):
             raise ValueError(
                 f"expected int64 cells of shape ({NUM_CELLS},), got {cells.dtype} {cells.shape}"
             )
         self.cells = cells
+        self.tallies = tallies if tallies is not None else fresh_tallies()
 
     def _record(self) -> int:
         return RECORDS[int(self.cells[EPOCH]) % 2]
@@ -86,8 +96,12 @@ class CommitLog:
         cursor, length, _ = self.snapshot()
         return (cursor - length) % capacity
 
-    def begin(self, count: int) -> None:
-        """Marks ``count`` slots from the cursor as being rewritten."""
+    def begin(self, count: int, tally_slots: Sequence[int] = (), frames: int = 0) -> None:
+        """Marks ``count`` slots from the cursor as being rewritten, and ``frames`` as about to
+        be counted in each tally of ``tally_slots``."""
+        if tally_slots:
+            self.cells[TALLIES_STAGED] = 1
+            self.tallies.stage(tally_slots, frames)
         self.cells[PENDING_EPOCH] = int(self.cells[EPOCH]) + 1
         self.cells[PENDING_COUNT] = count
 
@@ -99,15 +113,25 @@ class CommitLog:
         self.cells[base + LENGTH] = length
         self.cells[base + WRITE_COUNT] = write_count
         self.cells[EPOCH] = epoch
+        if self.cells[TALLIES_STAGED]:
+            self.tallies.settle(committed=True)
+            self.cells[TALLIES_STAGED] = 0
         self.cells[PENDING_COUNT] = 0
 
     def recover(self, capacity: int) -> int:
         """Drops the slots of an unfinished transaction from the valid window.
 
+        Staged tallies move with the transaction: forward when its commit was published, back
+        when it was not.
+
         Returns:
             The number of committed items removed from the window because they may be torn.
         """
         pending = self.pending
+        if self.cells[TALLIES_STAGED]:
+            published = pending != 0 and int(self.cells[PENDING_EPOCH]) == int(self.cells[EPOCH])
+            self.tallies.settle(committed=published)
+            self.cells[TALLIES_STAGED] = 0
         if pending == 0:
             return 0
         if int(self.cells[PENDING_EPOCH]) == int(self.cells[EPOCH]):

@@ -146,13 +146,18 @@ class ReplayBuffer:
 
     # --- writing ---
 
-    def extend(self, data: Any) -> torch.Tensor:
+    def extend(self, data: Any, *, tally_slots: Sequence[int] = ()) -> torch.Tensor:
         """Adds a batch of items and returns their slots (a 1-D long tensor).
 
         Args:
             data: a TensorDict whose batch dims all index frames (``[N]``, ``[*B, T]``, ...), a
                 compact batch (``compact_obs=True``; its transitions are stored), a tensor whose
                 first dim indexes items, or (for a ListStorage) a list of items.
+
+        Keyword Args:
+            tally_slots: writer tallies (from :meth:`claim_tallies`) that count these frames in
+                the write's own commit: a writer killed before the commit leaves neither the
+                items nor the count, one killed after it leaves both.
 
         Raises:
             ValueError: the batch's keys or per-frame shapes differ from the stored ones, or it
@@ -173,7 +178,30 @@ class ReplayBuffer:
             frames = storage.prepare(data, batch_dims)
             if frames.num_frames == 0:
                 return torch.zeros(0, dtype=torch.long)
+            if tally_slots:
+                return self._writer.extend(frames, tally_slots)
             return self._writer.extend(frames)
+
+    def claim_tallies(self, count: int) -> list[int]:
+        """Claims `count` writer tallies of the storage for this process (see
+        :meth:`extend`); release them with :meth:`release_tallies`.
+
+        Raises:
+            MisuseError: the storage has fewer free tallies.
+        """
+        with self._storage.lock:
+            return self._storage.log.tallies.claim(count)
+
+    def read_tallies(self, slots: Sequence[int]) -> list[int]:
+        """The frames committed so far in each writer tally of `slots` (after repairing the
+        write of a writer that was killed)."""
+        with self._storage.lock:
+            return self._storage.log.tallies.read(slots)
+
+    def release_tallies(self, slots: Sequence[int]) -> None:
+        """Frees writer tallies this process claimed."""
+        with self._storage.lock:
+            self._storage.log.tallies.release(slots)
 
     def add(self, data: Any) -> int:
         """Adds one item (a TensorDict of batch size ``[]``, a tensor, or any object for a

@@ -16,10 +16,12 @@ import torch
 from rlcollect.replay.commit_log import NUM_CELLS
 from rlcollect.replay.layout import FrameLayout
 from rlcollect.replay.storage_lock import StorageLock
+from rlcollect.replay.tallies import NUM_COLUMNS, TALLY_SLOTS, Tallies
 
 STORAGE_FILE = "storage.json"
 LAYOUT_FILE = "layout.json"
 CONTROL_FILE = "control.bin"
+TALLIES_FILE = "tallies.bin"
 LOCK_FILE = "lock"
 FORMAT = "rlcollect-tensor-storage"
 
@@ -58,9 +60,10 @@ class StorageDirectory:
     """A directory holding one tensor storage, opened (or created) by any number of processes.
 
     Files: ``storage.json`` (format and ``max_size``, written last when creating), ``control.bin``
-    (the commit log cells), ``lock`` (the inter-process lock), and, once the first batch fixed the
-    frame layout, one ``leaf-<i>.bin`` per leaf and ``layout.json`` (written after the leaf files,
-    so its presence means they are complete).
+    (the commit log cells), ``tallies.bin`` (the writers' tallies, see
+    :class:`~rlcollect.replay.tallies.Tallies`), ``lock`` (the inter-process lock), and, once
+    the first batch fixed the frame layout, one ``leaf-<i>.bin`` per leaf and ``layout.json``
+    (written after the leaf files, so its presence means they are complete).
 
     Args:
         path: the directory; created when missing.
@@ -85,8 +88,14 @@ class StorageDirectory:
         self.lock = StorageLock(str(self.path / LOCK_FILE))
         with self.lock:
             self.max_size = self._create_or_check(max_size)
+            if not (self.path / TALLIES_FILE).exists():  # made before tallies existed
+                write_atomically(self.path / TALLIES_FILE, bytes(TALLY_SLOTS * NUM_COLUMNS * 8))
         cells, self._control_map = map_file(self.path / CONTROL_FILE, torch.int64, (NUM_CELLS,))
         self.cells = cells.numpy()
+        tallies, self._tallies_map = map_file(
+            self.path / TALLIES_FILE, torch.int64, (TALLY_SLOTS, NUM_COLUMNS)
+        )
+        self.tallies = Tallies(tallies.numpy())
         self._leaf_maps: list[Any] = []
 
     def _create_or_check(self, max_size: int | None) -> int:

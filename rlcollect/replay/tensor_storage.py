@@ -76,7 +76,7 @@ class TensorStorage(Storage):
     def _use_directory(self, directory: StorageDirectory) -> None:
         self._directory = directory
         self.max_size = directory.max_size
-        self.log = CommitLog(directory.cells)
+        self.log = CommitLog(directory.cells, directory.tallies)
         self.lock = directory.lock
         self.lock.on_acquire = self._on_acquire
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ class Writer(abc.ABC):
     Contract: :meth:`extend` runs while the caller holds ``storage.lock``. It brackets every
     ``storage.write`` with ``storage.log.begin`` and ``storage.log.commit`` (so a crash in between
     never exposes a half-written slot), and returns the slot of every frame as a 1-D long tensor,
-    in the order of the frames.
+    in the order of the frames. Frames counted in writer tallies (``tally_slots``) are counted by
+    the same commit (``log.begin(count, tally_slots, frames)``).
 
     Examples:
         >>> from rlcollect.replay import ListStorage
@@ -53,8 +55,9 @@ class Writer(abc.ABC):
         return self._storage
 
     @abc.abstractmethod
-    def extend(self, frames: Frames) -> torch.Tensor:
-        """Writes ``frames`` and returns their slots."""
+    def extend(self, frames: Frames, tally_slots: Sequence[int] = ()) -> torch.Tensor:
+        """Writes ``frames`` and returns their slots; with ``tally_slots``, the same commit adds
+        the number of frames to each of those writer tallies."""
 
     def state_dict(self) -> dict[str, Any]:
         """The writer's position, as a picklable dict."""
@@ -98,14 +101,14 @@ class RoundRobinWriter(Writer):
         (6, 4)
     """
 
-    def extend(self, frames: Frames) -> torch.Tensor:
+    def extend(self, frames: Frames, tally_slots: Sequence[int] = ()) -> torch.Tensor:
         storage = self.storage
         log = storage.log
         capacity = storage.max_size
         cursor, length, write_count = log.snapshot()
         count = frames.num_frames
         kept = min(count, capacity)
-        log.begin(kept)
+        log.begin(kept, tally_slots, count)
         try:
             storage.write((cursor + count - kept) % capacity, frames.tail(kept))
         except BaseException:

@@ -131,8 +131,7 @@ class MultiAsyncCollector(MultiCollectorBase):
         slot.has_batch = False
         self.iterations += 1
         if self.options.replay_buffer is not None:
-            self._buffer_frames += slot.last_frames
-            return None  # the worker wrote the batch, and counted it
+            return None  # the worker wrote the batch, and the pool counted it
         self._frames += slot.last_frames
         batch = slot.batch_with_extras().clone()
         if self.track_worker_id:

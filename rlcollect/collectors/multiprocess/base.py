@@ -21,14 +21,17 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import check_options, resolve_children
 from rlcollect.collectors.multiprocess.control import MultiCollectorControl
+from rlcollect.collectors.multiprocess.ledger import WriteLedger
 from rlcollect.collectors.multiprocess.options import (
     SharedInterruptor,
     check_preemptive_threshold,
     check_worker_arguments,
+    fault_options_for_children,
     in_worker_process,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.shared_buffer import prepare_shared_buffer
+from rlcollect.collectors.multiprocess.watchdog import Watchdog
 from rlcollect.collectors.multiprocess.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.options import (
     BatchOptions,
@@ -73,6 +76,10 @@ class MultiCollectorBase(MultiCollectorControl):
     parallel, from a preloaded fork server) and stopped by `shutdown()`, by garbage
     collection, or at interpreter exit; a worker also ends on its own when this process dies.
     """
+
+    # A worker that runs one of these inherits `restart_dead_workers`, `worker_timeout` and
+    # `startup_timeout` (see `fault_options_for_children`).
+    accepts_fault_options = True
 
     def __init__(
         self,
@@ -152,16 +159,13 @@ class MultiCollectorBase(MultiCollectorControl):
         self.scheme.connect(self.weights.template, num_workers)
         self.policy_version = 0
         self._frames = 0
-        # Frames each worker wrote to the replay buffer (they count; this process reads).
-        self._frames_written = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
-        # Buffer frames this parent has accounted: by the workers' replies in the foreground (a
-        # worker counts its write before it replies, so the shared count can run ahead of the
-        # batches handed out), all of them once background collection stops.
-        self._buffer_frames = 0
+        # Frames each worker committed to the replay buffer (counted by the write's commit).
+        self.ledger = WriteLedger(replay_buffer, num_workers)
         self.iterations = 0
         self._start_time: float | None = None
         self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._in_background = False
+        self._watchdog: Watchdog | None = None
         self._pauses = 0
         if num_threads is not None or not in_worker_process():
             cores = os.cpu_count() or 1
@@ -174,6 +178,12 @@ class MultiCollectorBase(MultiCollectorControl):
             collector_class,
             {
                 **collector_options,
+                **fault_options_for_children(
+                    collector_class,
+                    restart_dead_workers=restart_dead_workers,
+                    worker_timeout=worker_timeout,
+                    startup_timeout=startup_timeout,
+                ),
                 "init_random_frames": init_random_frames,
                 # Workers that write the buffer themselves process what they write; otherwise
                 # the gathered batch is processed here.
@@ -195,7 +205,7 @@ class MultiCollectorBase(MultiCollectorControl):
             startup_timeout=startup_timeout,
             on_failure=self.shutdown,
             current_weights=lambda: (self.weights.current, self.policy_version),
-            frames_written=self._frames_written,
+            ledger=self.ledger,
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
@@ -240,8 +250,7 @@ class MultiCollectorBase(MultiCollectorControl):
                     weights=self.weights.current if policy is not None and factory else None,
                     init_fn=self._init_fn,
                     shared={
-                        "replay_buffer": replay_buffer,
-                        "frames_written": self._frames_written,
+                        "replay_buffer": self.ledger.view(index),
                         "weights": self.scheme.channel(index),
                         "interruptor": self.interruptor,
                     },
@@ -292,10 +301,10 @@ class MultiCollectorBase(MultiCollectorControl):
         checks that they live, so a loop waiting on it learns of a dead worker (or has it
         restarted) instead of waiting forever."""
         if not self._in_background:
-            return self._frames + self._buffer_frames
-        if self.pool.is_open:
+            return self._frames + self.pool.counted()
+        if self.pool.is_open or self.pool.failure is not None:
             self.pool.check_alive()
-        return self._frames + int(self._frames_written.sum())
+        return self._frames + self.ledger.total()
 
     def next(self) -> TensorDictBase | None:
         """Collect and return one batch (None when the workers fill a replay buffer).
@@ -355,12 +364,14 @@ class MultiCollectorBase(MultiCollectorControl):
             self._start_time = time.perf_counter()
         left = self.total_frames - self.frames if self.total_frames > 0 else 0
         every_batch = sum(slot.frames_per_batch for slot in self.pool.slots)
+        written = self.ledger.written()
         for slot in self.pool.slots:
             # In proportion to the worker's batch, in whole batches (0: no limit).
             share = -(-left * slot.frames_per_batch // every_batch)
             share = -(-share // slot.frames_per_batch) * slot.frames_per_batch
-            self.pool.start_background(slot, share, int(self._frames_written[slot.index]))
+            self.pool.start_background(slot, share, written[slot.index])
         self._in_background = True
+        self._watchdog = Watchdog(self.pool, lambda: self._pauses > 0)
 
     @contextmanager
     def pause(self) -> Iterator[None]:
@@ -383,10 +394,11 @@ class MultiCollectorBase(MultiCollectorControl):
         `close_env`, the final `state_dict()` and `stats()` are kept: both still answer
         afterwards (e.g. for a last checkpoint), as they do for a single collector.
         """
+        self._stop_watchdog()
         if self.pool.is_open:
             self.pool.request(self.pool.slots, WorkerCommand.STOP, timeout=timeout)
             self._in_background = False
-            self._buffer_frames = int(self._frames_written.sum())
+            self.pool.count_written()
             for slot in self.pool.slots:
                 slot.background = None
             if close_env:
@@ -404,8 +416,15 @@ class MultiCollectorBase(MultiCollectorControl):
     def _shut_down(self, timeout: float | None, close_env: bool) -> None:
         """Stop every worker, abandoning the batches in flight, and release the shared
         memory; bounded in time (the pool's own bound), idempotent."""
+        self._stop_watchdog()
         self.pool.close()
+        self.ledger.release()
         self.scheme.close()
+
+    def _stop_watchdog(self) -> None:
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.stop()
 
     def __repr__(self) -> str:
         return (

@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.children import (
@@ -52,8 +51,6 @@ class MultiCollectorControl(CollectorWithChildren):
     total_frames: int
     frames_per_batch: int
     _frames: int
-    _buffer_frames: int
-    _frames_written: torch.Tensor
     _start_time: float | None
     _final: tuple[dict[str, Any], dict[str, Any]] | None
     _in_background: bool
@@ -230,8 +227,7 @@ class MultiCollectorControl(CollectorWithChildren):
         workers = children_states(state, "workers", self.num_workers)
         for slot, worker_state in zip(self.pool.slots, workers, strict=True):
             self.pool.request([slot], WorkerCommand.LOAD_STATE_DICT, 0, pickle.dumps(worker_state))
-        self._buffer_frames = int(self._frames_written.sum())
-        self._frames = int(state["frames"]) - self._buffer_frames
+        self._frames = int(state["frames"]) - self.pool.count_written()
         self.iterations = int(state["iterations"])
         self.policy_version = int(state["policy_version"])
 

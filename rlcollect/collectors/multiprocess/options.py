@@ -82,5 +82,17 @@ class SharedInterruptor:
         return not bool(self._collect)
 
 
+def fault_options_for_children(collector_class: Any, **options: Any) -> dict[str, Any]:
+    """The fault options (what to do when a worker fails) a worker's collector inherits: all of
+    `options` when the worker runs a collector with workers of its own, but those its
+    `functools.partial` sets itself; so one setting at the top reaches every level."""
+    target = getattr(collector_class, "func", collector_class)
+    accepted = getattr(target, "accepts_fault_options", False)
+    if not accepted:
+        return {}
+    own = getattr(collector_class, "keywords", None) or {}
+    return {name: value for name, value in options.items() if name not in own}
+
+
 def in_worker_process() -> bool:
     return multiprocessing.parent_process() is not None

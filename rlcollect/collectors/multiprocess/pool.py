@@ -11,19 +11,21 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import pickle
+import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
-import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import RESTART_ID_GAP
+from rlcollect.collectors.multiprocess.ledger import WriteLedger
 from rlcollect.collectors.multiprocess.worker import (
     BATCH_REPLY,
     WorkerCommand,
@@ -55,6 +57,21 @@ CONTROL_COMMANDS = frozenset(
 )
 # Seconds a closing worker gets to close its envs before it is terminated.
 CLOSE_TIMEOUT = 5.0
+# Where torch names a shared-memory segment while it makes one (`torch_<pid>_...`); it unlinks
+# the name at once, so one still there belongs to a process killed in between.
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def remove_orphaned_segments(pid: int) -> None:
+    """Remove the shared-memory names torch was making in the dead process `pid`."""
+    with contextlib.suppress(OSError):
+        for path in SHARED_MEMORY.glob(f"torch_{pid}_*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+# Fresh workers tried in a row for one that died, when each is killed by a signal while starting.
+RESTART_ATTEMPTS = 10
 
 
 @dataclass
@@ -70,6 +87,9 @@ class WorkerSlot:
     has_batch: bool = False
     frames: int = 0
     last_frames: int = 0
+    # Replay-buffer frames of this worker the collector has counted: those its replies
+    # reported, and, when it died, every write its commits kept.
+    counted: int = 0
     restarts: int = 0
     policy_version: int = 0
     seed: int | None = None
@@ -146,7 +166,7 @@ class WorkerPool:
         startup_timeout: seconds the workers may take to build their collectors.
         on_failure: called before a worker failure is raised (the owner shuts down).
         current_weights: `() -> (weights, version)`, what a restarted worker starts with.
-        frames_written: the shared per-worker count of frames written to the replay buffer.
+        ledger: what each worker committed to the replay buffer.
     """
 
     def __init__(
@@ -160,7 +180,7 @@ class WorkerPool:
         startup_timeout: float,
         on_failure: Callable[[], None],
         current_weights: Callable[[], tuple[dict[str, Any] | None, int]],
-        frames_written: torch.Tensor,
+        ledger: WriteLedger,
     ) -> None:
         self.specs = list(specs)
         self.context = context
@@ -169,7 +189,12 @@ class WorkerPool:
         self.restart_dead_workers = restart_dead_workers
         self.on_failure = on_failure
         self.current_weights = current_weights
-        self.frames_written = frames_written
+        self.ledger = ledger
+        # Held by every exchange with the workers: the watchdog thread restarts workers while
+        # the user's thread may send commands.
+        self.lock = threading.RLock()
+        # A failure the watchdog found, raised by the next call.
+        self.failure: BaseException | None = None
         self._handles: list[WorkerHandle] = []
         self._finalizer = weakref.finalize(
             self, shut_down_workers, self._handles, encode(WorkerCommand.CLOSE), CLOSE_TIMEOUT
@@ -214,24 +239,39 @@ class WorkerPool:
         """Replace the dead worker of `slot` by a fresh one with the current weights, its seed
         moved on, and trajectory ids of its own; commands it had not answered are sent again
         (but an update, which the fresh worker starts with)."""
-        lost = [
+        lost = [  # an update and a start, the fresh worker starts with
             message
             for message in slot.messages
-            if HEADER.unpack_from(message)[0] != WorkerCommand.UPDATE_WEIGHTS
+            if HEADER.unpack_from(message)[0]
+            not in (WorkerCommand.UPDATE_WEIGHTS, WorkerCommand.START)
         ]
         spec = self.specs[slot.index]
         spec.weights, spec.version = weights, version
-        offset, stride = spec.trajectory_ids
-        spec.trajectory_ids = (offset + stride * RESTART_ID_GAP, stride)
-        old = slot.handle
-        with contextlib.suppress(ValueError):
-            self._handles.remove(old)
-        old.finish(timeout=0.1)
-        slot.handle = self._start_process(slot.index)
         slot.messages.clear()
         slot.batch, slot.has_batch = None, False
-        slot.restarts += 1
-        self._await_ready(slot, CLOSE_TIMEOUT * 60)
+        for attempt in range(RESTART_ATTEMPTS):
+            offset, stride = spec.trajectory_ids
+            spec.trajectory_ids = (offset + stride * RESTART_ID_GAP, stride)
+            old = slot.handle
+            with contextlib.suppress(ValueError):
+                self._handles.remove(old)
+            old_pid = old.pid
+            old.finish(timeout=0.1)
+            remove_orphaned_segments(old_pid)
+            slot.handle = self._start_process(slot.index)
+            slot.restarts += 1
+            if self.ledger.buffer is not None:
+                # What the dead worker committed stays in the buffer: count it, nothing else.
+                slot.counted = self.ledger.written()[slot.index]
+            try:
+                self._await_ready(slot, CLOSE_TIMEOUT * 60)
+                break
+            except WorkerError:
+                # Killed while starting (by a signal: another try), or broken (raised).
+                if slot.handle.process.exitcode is None or slot.handle.process.exitcode >= 0:
+                    raise
+                if attempt == RESTART_ATTEMPTS - 1:
+                    raise
         if slot.seed is not None:
             slot.send(WorkerCommand.SEED, slot.seed + 7919 * slot.restarts)
             self.await_reply(slot, WorkerCommand.SEED)
@@ -252,13 +292,14 @@ class WorkerPool:
     ) -> list[bytes]:
         """Send `command` to every slot of `slots`, then wait for each answer (by a common
         deadline, `timeout` or the worker timeout)."""
-        self.check_open()
-        limit = self.worker_timeout if timeout is None else timeout
-        for slot in slots:
-            slot.send(command, argument, payload)
-            slot.limit = limit
-        deadline = self.deadline(timeout)
-        return [self.await_reply(slot, command, deadline) for slot in slots]
+        with self.lock:
+            self.check_open()
+            limit = self.worker_timeout if timeout is None else timeout
+            for slot in slots:
+                slot.send(command, argument, payload)
+                slot.limit = limit
+            deadline = self.deadline(timeout)
+            return [self.await_reply(slot, command, deadline) for slot in slots]
 
     def deadline(self, timeout: float | None = None) -> float:
         timeout = self.worker_timeout if timeout is None else timeout
@@ -290,6 +331,8 @@ class WorkerPool:
                 timeout = max(0.0, deadline - time.monotonic())
             try:
                 payload = slot.handle.receive(timeout, limit=slot.limit)
+                if expected == WorkerCommand.COLLECT:
+                    self._take_batch(slot, payload)
             except WorkerRaisedError as err:
                 slot.answered()
                 err.recoverable = expected in CONTROL_COMMANDS and len(err.path) == 1
@@ -304,10 +347,18 @@ class WorkerPool:
                 deadline = slot.deadline = max(deadline, self.deadline())
                 continue
             slot.answered()
-            if expected == WorkerCommand.COLLECT:
-                slot.take_batch(payload)
             if expected == command:
                 return payload
+
+    def _take_batch(self, slot: WorkerSlot, payload: bytes) -> None:
+        """Record a COLLECT reply. Its shared batch's handle is fetched from the worker: one
+        killed right after it replied cannot hand it over, and counts as dead."""
+        try:
+            slot.take_batch(payload)
+        except (OSError, EOFError) as err:
+            raise slot.handle.death_error() from err
+        if self.ledger.buffer is not None:
+            slot.counted += slot.last_frames
 
     def _fail(self, slot: WorkerSlot, err: BaseException) -> None:
         """End what a failure leaves running: busy workers at once (a hung one too), then
@@ -340,33 +391,50 @@ class WorkerPool:
         """Have `slot` fill the buffer in the background with what is left of `share` frames
         (0: no limit), counting from `written_before` (what it had written when its share was
         set): a restarted worker goes on with the rest of its predecessor's share."""
-        written = int(self.frames_written[slot.index]) - written_before
-        left = max(0, share - written) if share else 0
-        slot.background = (left, int(self.frames_written[slot.index]))
+        now = self.ledger.written()[slot.index]
+        left = max(0, share - (now - written_before)) if share else 0
+        slot.background = (left, now)
         if share and not left:
             return
         slot.send(WorkerCommand.START, left)
         self.await_reply(slot, WorkerCommand.START)
 
-    def check_alive(self) -> None:
+    def check_alive(self, keep_failure: bool = False) -> None:
         """Find workers that died while nobody waited on them (filling the buffer in the
-        background): restart each when allowed, else shut down and raise its death."""
-        for slot in self.slots:
-            if slot.handle.process.is_alive():
-                continue
-            if self.restart_dead_workers:
-                self.restart(slot, *self.current_weights())
-                continue
-            error = slot.handle.death_error()
-            self._fail(slot, error)
-            raise error
+        background): restart each when allowed, else shut down and raise its death (with
+        `keep_failure`, also kept for the next call to raise, before the shutdown starts)."""
+        with self.lock:
+            self.check_open()
+            for slot in self.slots:
+                if slot.handle.process.is_alive():
+                    continue
+                if self.restart_dead_workers:
+                    self.restart(slot, *self.current_weights())
+                    continue
+                error = slot.handle.death_error()
+                if keep_failure:
+                    self.failure = error
+                self._fail(slot, error)
+                raise error
+
+    def count_written(self) -> int:
+        """Count every frame the workers committed to the buffer (once none writes: after
+        background collection), and return the frames counted."""
+        if self.ledger.buffer is not None:
+            for slot, written in zip(self.slots, self.ledger.written(), strict=True):
+                slot.counted = written
+        return self.counted()
+
+    def counted(self) -> int:
+        """Replay-buffer frames counted so far, over every worker."""
+        return sum(slot.counted for slot in self.slots)
 
     def kill_busy(self, spare: WorkerSlot | None = None) -> None:
         """End every worker still busy with a command (but `spare`) at once: after a failure
         the collector shuts down within a bounded time, without waiting for batches or hung
         steps to finish. A worker's own workers follow it through their lifelines."""
         for slot in self.slots:
-            if slot is not spare and slot.pending and slot.handle.process.is_alive():
+            if slot is not spare and slot.pending and self.alive(slot):
                 slot.handle.process.kill()
 
     # --- state ----------------------------------------------------------------------------------
@@ -382,18 +450,33 @@ class WorkerPool:
         return bool(self._handles)
 
     def check_open(self) -> None:
+        """Raise what the watchdog found (once), or that the workers were shut down."""
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
         if not self._handles:
             raise MisuseError("the collector is shut down; build a new one.")
 
     def alive(self, slot: WorkerSlot) -> bool:
-        return self.is_open and slot.handle.process.is_alive()
+        try:
+            return self.is_open and slot.handle.process.is_alive()
+        except ValueError:  # its process object was closed: a restart replaced it
+            return False
 
     def close(self) -> None:
         """Stop every worker (bounded: a worker that does not exit in time is terminated) and
         unmap their shared-memory batches. A worker still busy with a command (a batch in
         flight, a hung step) is ended at once: its batch is abandoned."""
-        if self.is_open:
-            self.kill_busy()
-        self._finalizer()
-        for slot in self.slots:
-            slot.batch, slot.has_batch = None, False
+        with self.lock:
+            was_open = self.is_open
+            pids = self.pids
+            if was_open:
+                self.kill_busy()
+            self._finalizer()
+            for pid in pids:
+                remove_orphaned_segments(pid)
+            for slot in self.slots:
+                slot.batch, slot.has_batch = None, False
+            if was_open:
+                # A worker ended in the middle of a batch may have committed it unreplied.
+                self.count_written()

@@ -150,8 +150,7 @@ class MultiSyncCollector(MultiCollectorBase):
         for slot in slots:
             slot.has_batch = False
         if self.options.replay_buffer is not None:
-            self._buffer_frames += sum(slot.last_frames for slot in slots)
-            return None  # the workers wrote the batch, and counted it
+            return None  # the workers wrote the batch, and the pool counted it
         batches = [slot.batch_with_extras() for slot in slots]
         if self.interruptor is None:
             self._frames += sum(slot.last_frames for slot in slots)

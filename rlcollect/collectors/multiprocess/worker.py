@@ -101,9 +101,7 @@ class WorkerSpec:
             if self.shared.get("interruptor") is not None:
                 kwargs["interruptor"] = self.shared["interruptor"]
         if self.shared.get("replay_buffer") is not None:
-            kwargs["replay_buffer"] = CountingBuffer(
-                self.shared["replay_buffer"], self.shared["frames_written"], self.index
-            )
+            kwargs["replay_buffer"] = self.shared["replay_buffer"]  # counts what it writes
         elif _is_single_collector(self.collector_class) and not _whole_episodes(kwargs):
             kwargs.setdefault("return_same_td", True)  # the worker copies it to shared memory
         collector = self.collector_class(
@@ -119,31 +117,6 @@ class WorkerSpec:
         if self.models:
             collector.apply_model_weights(self.models)
         return collector
-
-
-class CountingBuffer:
-    """A worker's view of the shared replay buffer: every `extend` also adds the frames it
-    wrote to the worker's slot of a shared counter, so the parent knows how many frames its
-    workers wrote in the background without asking them."""
-
-    def __init__(self, buffer: Any, frames_written: torch.Tensor, index: int) -> None:
-        self.buffer = buffer
-        self.frames_written = frames_written
-        self.index = index
-
-    def extend(self, data: Any) -> Any:
-        written = self.buffer.extend(data)
-        self.frames_written[self.index] += data.numel()
-        return written
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.buffer, name)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
 
 def _whole_episodes(options: dict[str, Any]) -> bool:

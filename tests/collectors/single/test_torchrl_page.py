@@ -105,10 +105,17 @@ def test_shutdown_seed_reset_and_load_state_dict_keyword_forms(pair: tuple[Colle
         collector.shutdown(timeout=1.0, close_env=True, raise_on_error=False)
 
 
-def test_reset_of_some_sub_envs_is_refused() -> None:
-    collector = Collector(CountingEnv(batch_size=(2,)), frames_per_batch=4)
-    with pytest.raises(ValueError, match=r"reset\(index=0\): Collector resets all its sub-envs"):
-        collector.reset(index=0)
+def test_reset_of_some_sub_envs_restarts_those_alone() -> None:
+    """TorchRL's reset(index=...) (side by side with TorchRL's in test_torchrl_reset_index.py):
+    sub-env 0 counts from 0 again under a new trajectory id, sub-env 1 goes on."""
+    collector = Collector(CountingEnv(batch_size=(2,), episode_length=100), frames_per_batch=6)
+    batches = iter(collector)
+    next(batches)
+    collector.reset(index=0)
+    batch = next(batches)
+    assert batch["observation"].squeeze(-1).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert batch["collector", "traj_ids"][:, 0].tolist() == [2, 1]
+    collector.shutdown()
 
 
 def test_static_seed_of_an_env_of_several_sub_envs_is_refused() -> None:
