@@ -363,11 +363,11 @@ def learn(
             watch.wait(frames)
             continue
         learner.run(lag, replay_buffer)
-        throttle.allow(frames)  # trained on them: the collector may go on
         if learner.updates - synced_at >= cfg.sac.sync_every:
             with recorder.timed(WEIGHT_UPDATE):
                 collector.update_policy_weights_(learner.actor)
             synced_at = learner.updates
+        throttle.allow(frames)  # trained on them, weights pushed: the collector may go on
 
 
 def stored(

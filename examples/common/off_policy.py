@@ -56,7 +56,8 @@ class CollectionThrottle:
 
     Without it a collector that steps faster than the learner trains runs through its whole
     budget on an early policy, and the learner then trains on data it never acted on. With
-    `frames_ahead` at most one batch, collection and learning take turns. `open()` lifts
+    `frames_ahead` at most one batch, collection and learning take turns (the learner
+    pushes its weights before `allow`, so a seed gives the same run). `open()` lifts
     the limit (before `collector.pause()`, which waits for the batch in flight, and before
     shutting the collector down).
     """
