@@ -9,8 +9,10 @@ Run from the repository root:
 
 `collector.start()` runs collection in a thread (uniformly random actions for the first
 `collector.init_random_frames`, then the squashed-Gaussian policy on a copy of the actor); the
-learner keeps `sac.utd_ratio` gradient steps per collected frame, pausing collection when it
-falls behind, and pushes the actor's weights with `update_policy_weights_`. Pendulum counts as
+learner keeps `sac.utd_ratio` gradient steps per collected frame and pushes the actor's
+weights with `update_policy_weights_`; a throttle (the collector's `pre_collect_hook`) keeps
+collection at most `sac.collect_ahead` frames ahead of the learner. At the default (one
+batch) the two take turns, so `seed=` repeats a run exactly. Pendulum counts as
 solved when the mean return of the last 10 training episodes (`mean_return_last_10`) reaches
 -200. The run directory receives config.yaml (resolved), metrics.csv, return.png and
 checkpoint.pt (the replay buffer is not saved: a resumed run refills it); with a logger, its
