@@ -7,8 +7,10 @@ batch, or a loop step, at a time for about `--seconds / --chunks` each), keeping
 turn, so that other load on the machine hits them alike; those with worker processes (ours
 multi-process, TorchRL's `ParallelEnv`) run alone. Writes `benchmarks/results/scaling_<env>.csv`
 and a plot `scaling_<env>.png` (frames/s against envs, log-log), and prints the table and the
-ratios the scaling issue asks for. TorchRL's `MultiThreadedEnv` rows need the `gym` and
-`treevalue` packages (TorchRL drives EnvPool through its `gym` API); without them they fail alone.
+ratios the scaling issue asks for. The plain loops count transitions: the step where an env only
+resets (next-step autoreset) is not one, as in our collectors. TorchRL's `MultiThreadedEnv` rows
+need the `gym` and `treevalue` packages (TorchRL drives EnvPool through its `gym` API); without
+them they fail alone.
 
     python benchmarks/scaling.py                      # CartPole and Pong (~20 minutes)
     python benchmarks/scaling.py --env cartpole --envs 64 256 --impls ours-serial gym-loop
@@ -131,10 +133,19 @@ def gym_loop(env_id: str, num_envs: int) -> Stream:
             yield 1
     envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * num_envs)
     observation, _ = envs.reset(seed=0)
+    yield from transitions(envs, policy, observation)
+
+
+def transitions(envs: Any, policy: nn.Module, observation: Any) -> Stream:
+    """Step a vector env that autoresets on the next step (Gymnasium's default, EnvPool's),
+    yielding the transitions of each step: an env that ended at the step before only resets
+    in this one, which is no transition (as the issue counts frames, and our collectors)."""
+    ended = 0
     while True:
         action = policy(torch.as_tensor(observation)).argmax(-1).numpy()
-        observation, *_ = envs.step(action)
-        yield num_envs
+        observation, _, terminated, truncated, _ = envs.step(action)
+        yield len(action) - ended
+        ended = int((terminated | truncated).sum())
 
 
 def make_envpool(env_id: str, num_envs: int) -> Any:
@@ -149,10 +160,7 @@ def envpool_loop(env_id: str, num_envs: int) -> Stream:
     envs = make_envpool(env_id, num_envs)
     policy = policy_for(env_id)
     observation, _ = envs.reset()
-    while True:
-        action = policy(torch.as_tensor(observation)).argmax(-1).numpy()
-        observation, *_ = envs.step(action)
-        yield num_envs
+    yield from transitions(envs, policy, observation)
 
 
 # --- our collectors ---------------------------------------------------------------------------
