@@ -75,7 +75,8 @@ class RayCollector(RayCollectorControl):
         remote_configs: `ray.remote` options of every actor (`num_cpus`, `num_gpus`, `memory`,
             `resources`, ...), or one dict per actor; default `{"num_cpus": 1}`.
         sync: True yields `[num_collectors, *env_batch, T]` (row i from actor i); False yields
-            each actor's batch as it is ready, with `("collector", "worker_id")`. Batches of
+            each actor's batch as it is ready (with `track_worker_id=True`, carrying
+            `("collector", "worker_id")`: off by default, as TorchRL's). Batches of
             whole episodes (`batch_mode="complete_episodes"`, `trajs_per_batch`) vary in
             length, so `sync=True` gathers them as `MultiSyncCollector` does: flat ones
             concatenated along time (`[frames]`, actor after actor), padded ones padded to
@@ -107,6 +108,8 @@ class RayCollector(RayCollectorControl):
             out; here, on the gathered batch (in the actors, before they write, with a buffer).
         store_obs_once: ours: observations stored once (see `Collector`); here, on the
             gathered batch.
+        track_worker_id: with `sync=False`, every batch carries `("collector", "worker_id")`,
+            its actor's index (ours; TorchRL's batches have no such key).
         init_random_frames: random frames before the policy is used, shared out among actors.
         **collector_options: any other option of `collector_class` (device split,
             `max_frames_per_traj`, `track_policy_version`, RLlib's `batch_mode`,
@@ -159,9 +162,13 @@ class RayCollector(RayCollectorControl):
         compact_obs: bool = False,
         store_obs_once: bool = False,
         init_random_frames: int | None = None,
+        track_worker_id: bool = False,
         **collector_options: Any,
     ) -> None:
         require_ray("RayCollector")
+        if not isinstance(track_worker_id, bool):
+            raise TypeError(f"track_worker_id must be True or False; got {track_worker_id!r}.")
+        self.track_worker_id = track_worker_id
         # --- every argument checked before Ray starts ---
         policy = policy_or_map(
             policy,
@@ -310,8 +317,9 @@ class RayCollector(RayCollectorControl):
             self._launch(slot)
         if batch is None:
             return None
-        ids = torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device)
-        batch.set(keys.WORKER_ID, ids)
+        if self.track_worker_id:
+            ids = torch.full(batch.batch_size, slot.index, dtype=torch.int64, device=batch.device)
+            batch.set(keys.WORKER_ID, ids)
         return batch  # type: ignore[no-any-return]
 
     @property

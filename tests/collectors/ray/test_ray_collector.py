@@ -74,7 +74,12 @@ def test_sync_stacks_one_batch_per_actor_with_unique_trajectory_ids() -> None:
 
 def test_async_yields_each_actors_batches_as_they_come_with_its_id() -> None:
     with RayCollector(
-        counting_env(3), num_collectors=2, frames_per_batch=10, total_frames=60, sync=False
+        counting_env(3),
+        num_collectors=2,
+        frames_per_batch=10,
+        total_frames=60,
+        sync=False,
+        track_worker_id=True,
     ) as collector:
         assert collector.frames_per_batch == 10
         assert len(collector) == 6

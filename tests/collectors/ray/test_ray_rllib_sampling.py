@@ -55,6 +55,7 @@ def collect(sync: bool, frames_per_batch: int, total_frames: int, **options: Any
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
         sync=sync,
+        track_worker_id=not sync,
         **options,
     ) as collector:
         batches = list(collector)

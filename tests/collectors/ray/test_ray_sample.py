@@ -87,7 +87,7 @@ def test_sync_num_timesteps_chunks_join_into_the_episodes_collected_by_hand() ->
 
 
 def test_async_samples_every_actors_episodes_once() -> None:
-    collector = ray_collector(sync=False, frames_per_batch=4)
+    collector = ray_collector(sync=False, frames_per_batch=4, track_worker_id=True)
     first = collector.sample(num_episodes=4)
     rest = sample_until_stop(collector, num_timesteps=7)
     assert len(first) == 4
