@@ -22,6 +22,7 @@ The worker protocol (`multiprocess/worker.py`'s commands) and the Ray actor's me
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -145,6 +146,8 @@ class CollectorBase:
     frames_per_batch: int
     options: Any  # the validated batch options (collectors/options.py's BatchOptions)
     policy_version: int  # updates of the policy weights (or `increment_version()` calls)
+    # how long the last update_policy_weights_ took, acknowledgements included (its stats())
+    weight_update_seconds: float = float("nan")
 
     # --- weights ----------------------------------------------------------------------------------
 
@@ -194,10 +197,12 @@ class CollectorBase:
         has_policy, source, models = weights_by_model(
             policy_or_weights, weights, policy, weights_dict, model_id
         )
+        started = time.perf_counter()
         if models:
             self._update_models(models, worker_ids, timeout)
         if has_policy:
             self._update_weights(source, policy_id, worker_ids, timeout)
+        self.weight_update_seconds = time.perf_counter() - started
 
     def _update_models(
         self, models: dict[str, Any], worker_ids: Any, timeout: float | None

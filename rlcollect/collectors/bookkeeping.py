@@ -65,49 +65,70 @@ class TrajectoryCounter:
 RECENT_EPISODES = 100
 
 
-class EpisodeTracker:
-    """Sums rewards per sub-env across batches and records the return of each finished episode.
+def finished_sums(
+    running: torch.Tensor, values: torch.Tensor, done: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-episode sums of `[n, T]` `values` (rewards, or ones for lengths) given the sums
+    carried over from earlier batches (`running`, `[n]`): the sums of the episodes that end in
+    this batch, in done order, and the sums carried into the next batch."""
+    cumulative = running.unsqueeze(-1) + values.cumsum(-1)
+    previous = last_true_index(torch.nn.functional.pad(done[:, :-1], (1, 0), value=False))
+    offset = torch.where(
+        previous >= 0,
+        cumulative.gather(1, (previous - 1).clamp_min(0)),
+        torch.zeros_like(cumulative),
+    )
+    finished = (cumulative - offset)[done]
+    last = last_true_index(done)[:, -1]
+    end_offset = torch.where(
+        last >= 0, cumulative.gather(1, last.clamp_min(0).unsqueeze(-1)).squeeze(-1), 0.0
+    )
+    return finished, cumulative[:, -1] - end_offset
 
-    Keeps the returns of the last batch that finished any episode, and of the last
-    `RECENT_EPISODES` episodes: the smoothing window SB3's `ep_rew_mean` and RLlib use.
+
+class EpisodeTracker:
+    """Sums rewards and steps per sub-env across batches and records the return and length of
+    each finished episode.
+
+    Keeps the returns of the last batch that finished any episode, and the returns and lengths
+    of the last `RECENT_EPISODES` episodes: the smoothing window SB3's `ep_rew_mean` /
+    `ep_len_mean` and RLlib use.
     """
 
     def __init__(self) -> None:
         self.running: torch.Tensor | None = None
+        self.running_lengths: torch.Tensor | None = None
         self.episodes = 0
         self.last_returns: torch.Tensor = torch.zeros(0)
         self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+        self.recent_lengths: deque[int] = deque(maxlen=RECENT_EPISODES)
 
     def restart(self) -> None:
         """Forget the unfinished episodes: the env was reset, they will never finish."""
         self.running = None
+        self.running_lengths = None
 
     def restart_some(self, mask: torch.Tensor) -> None:
         """Forget the unfinished episodes of the sub-envs in `mask` (`[n]`), just reset."""
-        if self.running is not None:
-            self.running[mask.to(self.running.device)] = 0.0
+        for running in (self.running, self.running_lengths):
+            if running is not None:
+                running[mask.to(running.device)] = 0.0
 
     def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """Account one batch of `[n, T]` rewards and done flags."""
         reward = reward.double()
         if self.running is None or self.running.shape[0] != reward.shape[0]:
             self.running = torch.zeros(reward.shape[0], dtype=torch.float64, device=reward.device)
-        cumulative = self.running.unsqueeze(-1) + reward.cumsum(-1)
-        previous = last_true_index(torch.nn.functional.pad(done[:, :-1], (1, 0), value=False))
-        offset = torch.where(
-            previous >= 0,
-            cumulative.gather(1, (previous - 1).clamp_min(0)),
-            torch.zeros_like(cumulative),
+        if self.running_lengths is None or self.running_lengths.shape != self.running.shape:
+            self.running_lengths = torch.zeros_like(self.running)
+        episode_returns, self.running = finished_sums(self.running, reward, done)
+        lengths, self.running_lengths = finished_sums(
+            self.running_lengths, torch.ones_like(reward), done
         )
-        episode_returns = (cumulative - offset)[done]
-        last = last_true_index(done)[:, -1]
-        end_offset = torch.where(
-            last >= 0, cumulative.gather(1, last.clamp_min(0).unsqueeze(-1)).squeeze(-1), 0.0
-        )
-        self.running = cumulative[:, -1] - end_offset
         if episode_returns.numel():
             self.last_returns = episode_returns.float().cpu()
             self.recent_returns.extend(self.last_returns.tolist())
+            self.recent_lengths.extend(int(length) for length in lengths.round().tolist())
             self.episodes += int(episode_returns.numel())
 
     def state_dict(self) -> dict[str, object]:
@@ -116,6 +137,7 @@ class EpisodeTracker:
             "episodes": self.episodes,
             "last_returns": self.last_returns.tolist(),
             "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
         }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -124,7 +146,9 @@ class EpisodeTracker:
         self.last_returns = torch.tensor(state["last_returns"], dtype=torch.float32)
         self.recent_returns.clear()
         self.recent_returns.extend(state["recent_returns"])  # type: ignore[arg-type]
-        self.running = None
+        self.recent_lengths.clear()
+        self.recent_lengths.extend(state.get("recent_lengths", []))  # type: ignore[arg-type]
+        self.restart()
 
     @property
     def mean_return(self) -> float:
@@ -139,3 +163,11 @@ class EpisodeTracker:
         if not self.recent_returns:
             return float("nan")
         return sum(self.recent_returns) / len(self.recent_returns)
+
+    @property
+    def recent_mean_length(self) -> float:
+        """Mean length (steps) of the last `RECENT_EPISODES` finished episodes (NaN before the
+        first)."""
+        if not self.recent_lengths:
+            return float("nan")
+        return sum(self.recent_lengths) / len(self.recent_lengths)

@@ -120,8 +120,8 @@ def check_seed(seed: Any) -> int:
 
 def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The episode statistics of `Collector.stats()` over all workers: episodes summed, the
-    mean returns averaged over the workers that have finished any (weighted by how many
-    episodes each window holds)."""
+    mean returns and lengths averaged over the workers that have finished any (weighted by how
+    many episodes each window holds)."""
     episodes = sum(int(worker.get("episodes", 0)) for worker in workers)
     last = [w["mean_episode_return"] for w in workers if w.get("episodes", 0) > 0]
     windows = [
@@ -130,11 +130,22 @@ def episode_statistics(workers: Sequence[Mapping[str, Any]]) -> dict[str, float]
         if w.get("episodes", 0) > 0
     ]
     weight = sum(count for _, count in windows)
+    lengths = [
+        (w["mean_length_last_100"], min(int(w["episodes"]), RECENT_EPISODES))
+        for w in workers
+        if w.get("episodes", 0) > 0 and "mean_length_last_100" in w
+    ]
+    length_weight = sum(count for _, count in lengths)
     return {
         "episodes": episodes,
         "mean_episode_return": sum(last) / len(last) if last else float("nan"),
         "mean_return_last_100": (
             sum(value * count for value, count in windows) / weight if weight else float("nan")
+        ),
+        "mean_length_last_100": (
+            sum(value * count for value, count in lengths) / length_weight
+            if length_weight
+            else float("nan")
         ),
     }
 

@@ -262,6 +262,7 @@ class MultiCollectorControl(CollectorWithChildren):
             "frames_per_second": self.frames / elapsed if elapsed > 0 else 0.0,
             "policy_version": self.policy_version,
             **episode_statistics([worker["collector"] for worker in workers]),
+            "weight_update_seconds": self.weight_update_seconds,
             "workers": workers,
         }
 

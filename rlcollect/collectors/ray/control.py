@@ -147,6 +147,7 @@ class RayCollectorControl(CollectorWithChildren):
             "frames_per_second": frames / elapsed if elapsed > 0 else 0.0,
             "policy_version": self.policy_version,
             **episode_statistics(replies),
+            "weight_update_seconds": self.weight_update_seconds,
             "collectors": actors,
         }
 

@@ -256,7 +256,9 @@ class CollectorControl(CollectorBase):
         """Frames, batches, frames/s, episodes finished, and the mean episode return twice: over
         the episodes finished in the last batch that finished any (`mean_episode_return`), and
         over the last 100 finished episodes (`mean_return_last_100`, as SB3's `ep_rew_mean`);
-        also TorchRL's `total_frames`, `completed`, `requested_frames_per_batch` and
+        the mean length of those 100 (`mean_length_last_100`, SB3's `ep_len_mean`); the
+        seconds the last `update_policy_weights_` took (`weight_update_seconds`, NaN before
+        the first); also TorchRL's `total_frames`, `completed`, `requested_frames_per_batch` and
         `policy_version`."""
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
         collected = self.frames - self._frames_at_start
@@ -267,6 +269,8 @@ class CollectorControl(CollectorBase):
             "episodes": self.stream.episodes.episodes,
             "mean_episode_return": self.stream.episodes.mean_return,
             "mean_return_last_100": self.stream.episodes.recent_mean_return,
+            "mean_length_last_100": self.stream.episodes.recent_mean_length,
+            "weight_update_seconds": self.weight_update_seconds,
             # TorchRL's entries, for code written against its stats()
             "total_frames": self.total_frames,
             "completed": self.is_done,

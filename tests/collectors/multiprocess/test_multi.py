@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 import torch
@@ -275,6 +276,9 @@ def test_stats_count_frames_per_worker() -> None:
     assert [worker["frames"] for worker in stats["workers"]] == [8, 8]
     assert all(worker["alive"] and worker["restarts"] == 0 for worker in stats["workers"])
     assert stats["workers"][0]["collector"]["episodes"] == 2
+    assert stats["workers"][0]["collector"]["mean_length_last_100"] == 4.0
+    assert stats["mean_length_last_100"] == 4.0  # over the workers
+    assert math.isnan(stats["weight_update_seconds"])  # no update yet
 
 
 def test_state_dict_resumes_counts_and_trajectories() -> None:

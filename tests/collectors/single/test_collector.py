@@ -469,3 +469,33 @@ def test_outer_transform_over_sub_envs_with_their_own_transforms() -> None:
     assert data["next", "truncated"][0, 4].item()
     reward_sum = data["next", "episode_reward"][0, :5].flatten().tolist()
     assert reward_sum == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_stats_mean_length_last_100_counts_steps_across_batches() -> None:
+    env = SerialEnv(2, lambda: GymEnv("FrozenLake-v1"))  # lengths vary; returns are 0 or 1
+    env.set_seed(0)
+    collector = Collector(env, None, frames_per_batch=64, total_frames=2048)
+    assert math.isnan(collector.stats()["mean_length_last_100"])
+    lengths: list[int] = []  # in the order the tracker records them: sub-env, then time
+    running = [0, 0]
+    for batch in collector:
+        done = batch["next", "done"].reshape(2, -1)
+        for sub_env in range(2):
+            for step in range(done.shape[-1]):
+                running[sub_env] += 1
+                if bool(done[sub_env, step]):
+                    lengths.append(running[sub_env])
+                    running[sub_env] = 0
+    stats = collector.stats()
+    assert stats["episodes"] == len(lengths) > 100
+    assert stats["mean_length_last_100"] == pytest.approx(sum(lengths[-100:]) / 100)
+    assert stats["mean_length_last_100"] != pytest.approx(stats["mean_return_last_100"])
+
+
+def test_stats_weight_update_seconds_is_the_last_update() -> None:
+    policy = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["action"])
+    collector = Collector(GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=20)
+    assert math.isnan(collector.stats()["weight_update_seconds"])
+    collector.update_policy_weights_()
+    assert 0.0 <= collector.stats()["weight_update_seconds"] < 60.0
+    collector.shutdown()
