@@ -179,8 +179,9 @@ class RunRecorder:
         row = {
             **stats,
             "wall_time_s": self.elapsed,
-            EPISODE_LENGTH: self._episode_length(frames, stats.get("episodes", math.nan)),
+            EPISODE_LENGTH: self._episode_length(frames, stats),
             **self._timings,
+            **self._collector_timings(stats),
             **extra,
         }
         self._timings = {}
@@ -193,14 +194,24 @@ class RunRecorder:
         self.bar.update(frames - self._bar_frames)
         self._bar_frames = frames
 
-    def _episode_length(self, frames: int, episodes: float) -> float:
-        """Frames per episode finished since the last row: the mean episode length in steady
-        state (the collector's stats count episodes, not their lengths). NaN when none
-        finished."""
+    def _episode_length(self, frames: int, stats: Mapping[str, Any]) -> float:
+        """The collector's mean length of its last 100 finished episodes; for a collector
+        whose stats have none (a multi-agent one), frames per episode finished since the last
+        row, the mean length in steady state. NaN when none finished."""
+        episodes = float(stats.get("episodes", math.nan))
         last_frames, last_episodes = self._last_count
-        self._last_count = (frames, float(episodes))
-        finished = float(episodes) - last_episodes
+        self._last_count = (frames, episodes)
+        if "mean_length_last_100" in stats:
+            return float(stats["mean_length_last_100"])
+        finished = episodes - last_episodes
         return (frames - last_frames) / finished if finished > 0 else math.nan
+
+    @staticmethod
+    def _collector_timings(stats: Mapping[str, Any]) -> dict[str, float]:
+        """The seconds of the collector's last weight update, from its stats, once it made one
+        (a `timed(WEIGHT_UPDATE)` block of the script says the same from outside)."""
+        seconds = float(stats.get("weight_update_seconds", math.nan))
+        return {WEIGHT_UPDATE: seconds} if math.isfinite(seconds) else {}
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
