@@ -171,14 +171,12 @@ class CollectorBase:
         once. A model id other than `"policy"` is an attribute path on the collector that
         runs the env (e.g. `"env.transform[0].module"`, a value network inside an env
         transform), as TorchRL resolves it in a worker; its weights are checked against that
-        module's names, shapes and dtypes before anything is loaded or sent, and loaded
-        before the policy's (`policy_version` counts the policy's updates only). Collector,
-        MultiSyncCollector and MultiAsyncCollector update other models; the Ray collector
-        refuses them. With no weights, the policy's are read again from the policy this
-        collector was given, so that `update_policy_weights_()` after an optimiser step on
-        it is enough. With
-        `policies=`, `policy_id` addresses one policy: the weights are its own, and the other
-        policies keep theirs.
+        module's names, shapes and dtypes before anything is loaded (on a Ray actor, there),
+        and loaded before the policy's (`policy_version` counts the policy's updates only).
+        With no weights, the policy's are read again from the policy this collector was
+        given, so that `update_policy_weights_()` after an optimiser step on it is enough.
+        With `policies=`, `policy_id` addresses one policy: the weights are its own, and the
+        other policies keep theirs.
 
         A collector with children (worker processes, Ray actors) checks the weights against
         the policy's names, shapes and dtypes before anything is sent, sends them to

@@ -237,6 +237,19 @@ class CollectorActor:
             self.collector.apply_weights(weights, version, timeout)
         return version
 
+    def update_models(self, models: dict[str, Any], timeout: float | None) -> Exception | None:
+        """Load the weights of models other than the policy (by attribute path, e.g. a value
+        network in an env transform) between two batches; a multi-process collector forwards
+        them to its workers within `timeout`. A model id or weights that do not fit come back
+        as the error, for the driver to raise: the actor goes on."""
+        self._check_restored()
+        try:
+            with self._between_batches():
+                self.collector.update_policy_weights_(weights_dict=models, timeout=timeout)
+        except (KeyError, TypeError, ValueError) as error:
+            return error
+        return None
+
     def set_seed(self, seed: int) -> int:
         """Seed the env and this process's torch generator; returns the next seed."""
         self._check_restored()

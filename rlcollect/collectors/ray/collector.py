@@ -37,6 +37,7 @@ from rlcollect.collectors.ray.weights import ActorWeights
 from rlcollect.collectors.single.collector import Collector
 from rlcollect.collectors.single.front_door import register_backend
 from rlcollect.collectors.weights.sender import (
+    CHILD_TIMEOUT_SHARE,
     UPDATE_TIMEOUT,
     check_update_timeout,
     select_children,
@@ -357,6 +358,23 @@ class RayCollector(RayCollectorControl):
         slots = select_children(self.fleet.slots, worker_ids, "actor")
         self.policy_version = version
         self.weights.send(self.fleet, slots, weights, version, timeout)
+
+    def _update_models(
+        self, models: dict[str, Any], worker_ids: Any, timeout: float | None
+    ) -> None:
+        """Have every actor of `worker_ids` (None: all) load the weights of models other than
+        the policy, each checked there against its own model, and wait for every
+        acknowledgement. A restarted actor starts with the policy's weights only."""
+        self._check_open()
+        timeout = check_update_timeout(timeout)
+        slots = select_children(self.fleet.slots, worker_ids, "actor")
+        child_timeout = timeout * CHILD_TIMEOUT_SHARE
+        answers = self.fleet.call(
+            slots, "update_models", models, child_timeout, timeout=timeout, fatal=False
+        )
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
 
     def _refresh_weights(self, slots: Sequence[ActorSlot]) -> None:
         """Send the policy's weights to the actors of `slots` whose weights are overdue."""

@@ -2,6 +2,7 @@
 value network inside a TorchRL env transform, updated with (or without) the policy, in a
 `Collector` (in place, by attribute path) and in every worker of the multi-process collectors
 (each acknowledges before the call returns), checked against the model before anything is sent.
+The Ray collector's actors do the same (tests/collectors/ray/test_ray_model_weights.py).
 
 TorchRL 0.14.1 is run beside ours where it has the feature: its single `Collector` without
 schemes refuses another model id with KeyError and leaves a `weights_dict` of other models
@@ -28,7 +29,6 @@ from torchrl.weight_update import MultiProcessWeightSyncScheme
 
 from rlcollect import Collector
 from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
-from rlcollect.collectors.ray.collector import RayCollector
 from tests.collectors.policies import greedy_module
 
 VALUE = "env.transform[0].module"
@@ -109,16 +109,6 @@ def test_collector_refuses_unknown_model_ids_and_wrong_weights() -> None:
         with pytest.raises(ValueError, match=r"model 'env.transform\[0\].module' has shape"):
             collector.update_policy_weights_(weights_dict={VALUE: wrong})
         assert not (collector.next()["next", "value"] == 7).any()  # nothing was loaded
-
-
-def test_ray_collector_refuses_other_models_naming_what_works() -> None:
-    collector = RayCollector.__new__(RayCollector)  # the refusal comes before any actor
-    with pytest.raises(
-        ValueError,
-        match=r"RayCollector updates the policy's weights only.*"
-        r"MultiSyncCollector and MultiAsyncCollector update other models",
-    ):
-        collector.update_policy_weights_(weights_dict={VALUE: value_net()})
 
 
 @pytest.mark.slow

@@ -1,0 +1,45 @@
+"""`RayCollector.update_policy_weights_(weights_dict=...)` for a model other than the policy
+(a value network inside a TorchRL env transform): every actor loads it between two batches
+before the call returns, and a model id or weights that do not fit are raised in the driver,
+the actors going on."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlcollect.collectors import RayCollector
+from tests.collectors.multiprocess.test_multi_model_weights import (
+    VALUE,
+    always_right,
+    make_env,
+    value_net,
+)
+from tests.collectors.policies import greedy_module
+
+pytest.importorskip("ray")
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+]
+
+
+@pytest.mark.slow
+def test_every_actor_applies_the_value_network_before_the_call_returns() -> None:
+    with RayCollector(
+        [make_env, make_env], greedy_module(), frames_per_batch=16, total_frames=-1
+    ) as collector:
+        assert not (collector.next()["next", "value"] == 7).any()
+        collector.update_policy_weights_(
+            weights_dict={VALUE: value_net(7.0), "policy": always_right()}
+        )
+        batch = collector.next()
+        assert (batch["next", "value"] == 7).all()  # both actors' halves
+        assert (batch["action"].argmax(-1) == 1).all()
+        assert collector.policy_version == 1
+        with pytest.raises(KeyError, match=r"'env.transform\[3\].module'.*3 does not exist"):
+            collector.update_policy_weights_(weights_dict={"env.transform[3].module": {}})
+        wrong = {"weight": value_net().module.weight[:0], "bias": value_net().module.bias}
+        with pytest.raises(ValueError, match=r"model 'env.transform\[0\].module'"):
+            collector.update_policy_weights_(weights_dict={VALUE: wrong})
+        assert (collector.next()["next", "value"] == 7).all()  # the actors went on
