@@ -209,9 +209,10 @@ class CollectorBase:
         on the collector that runs the env), checked first; every child acknowledges."""
         raise ValueError(
             f"{type(self).__name__} updates the policy's weights only; got model ids "
-            f"{sorted(models)}. Collector, MultiSyncCollector and MultiAsyncCollector update "
-            "other models too (weights_dict={'policy': ..., 'env.transform[0].module': ...}); "
-            "here, put the other networks' weights in the policy."
+            f"{sorted(models)}. Collector, MultiSyncCollector, MultiAsyncCollector and "
+            "RayCollector update other models too (weights_dict={'policy': ..., "
+            "'env.transform[0].module': ...}); here, put the other networks' weights in the "
+            "policy."
         )
 
     def _update_weights(
