@@ -104,11 +104,17 @@ def test_scaling_benchmark_quick(tmp_path: Path) -> None:
     output = run(
         "scaling.py",
         *("--quick", "--in-process", "--env", "cartpole", "--envs", "2"),
-        *("--impls", "ours-serial", "gym-loop", "--seconds", "0.1", "--chunks", "1"),
+        *("--impls", "ours-serial", "ours-multi-envpool", "gym-loop"),
+        *("--seconds", "0.1", "--chunks", "1"),
         *("--out", str(tmp_path)),
     )
     assert "FAILED" not in output
     rows = (tmp_path / "scaling_cartpole.csv").read_text().splitlines()
     assert rows[0] == "env,implementation,num_envs,frames_per_s"
-    assert {row.split(",")[1] for row in rows[1:]} == {"ours-serial", "gym-loop", "ours-best"}
+    assert {row.split(",")[1] for row in rows[1:]} == {
+        "ours-serial",
+        "ours-multi-envpool",
+        "gym-loop",
+        "ours-best",
+    }
     assert (tmp_path / "scaling_cartpole.png").stat().st_size > 0
