@@ -20,7 +20,6 @@ import copy
 import logging
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from common.env_info import EnvInfo, probe_env
 from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
 from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
+from common.off_policy import StallWatch
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
 from common.video import EvaluationVideo, check_video_config
@@ -463,29 +463,6 @@ class PeriodicEvaluation:
             f"best policy ({saved['eval_return']:.1f} at {saved['frames']} frames, "
             f"{self.best_path}): mean return {mean:.1f} over {self.episodes} new episodes"
         )
-
-
-class StallWatch:
-    """Waits a moment for new frames; stops the run when none came for `timeout` seconds (the
-    background collection died: `async_shutdown` raises its error)."""
-
-    def __init__(self, collector: Any, timeout: float) -> None:
-        self.collector = collector
-        self.timeout = timeout
-        self.frames = collector.frames
-        self.since = time.monotonic()
-
-    def wait(self, frames: int) -> None:
-        """Sleep 1 ms (the collector thread runs meanwhile), checking for a stall."""
-        now = time.monotonic()
-        if frames != self.frames:
-            self.frames, self.since = frames, now
-        elif now - self.since > self.timeout:
-            self.collector.async_shutdown()
-            raise RuntimeError(
-                f"no new frames for {self.timeout} s: background collection stopped."
-            )
-        time.sleep(0.001)
 
 
 def log_row(
