@@ -79,10 +79,10 @@ def _in_time_batch(batch: TensorDictBase, key: Key) -> bool:
     )
 
 
-def compact_keys(batch: TensorDictBase) -> list[Key]:
-    """The observation keys `compact_batch` stores once: held at the root and under `"next"`
-    as tensors of the same shape and dtype, the done flags excepted, outside groups with more
-    batch dims than the batch (a multi-agent group's observations stay as they are)."""
+def paired_observation_keys(batch: TensorDictBase) -> list[Key]:
+    """The keys held at the root and under `"next"` as tensors of the same shape and dtype,
+    the done flags excepted: the env's observations and state, which `compact_obs` leaves out
+    of `"next"` and `store_obs_once` stores once."""
     next_entries = batch.get(keys.NEXT, None)
     if not isinstance(next_entries, TensorDictBase):
         return []
@@ -96,11 +96,20 @@ def compact_keys(batch: TensorDictBase) -> list[Key]:
             isinstance(root, torch.Tensor)
             and isinstance(after, torch.Tensor)
             and (root.shape, root.dtype) == (after.shape, after.dtype)
-            and _in_time_batch(batch, key)
-            and _in_time_batch(batch, (keys.NEXT, *key))
         ):
             found.append(key)
     return found
+
+
+def compact_keys(batch: TensorDictBase) -> list[Key]:
+    """The observation keys `compact_batch` stores once: `paired_observation_keys` outside
+    groups with more batch dims than the batch (a multi-agent group's observations stay as
+    they are)."""
+    return [
+        key
+        for key in paired_observation_keys(batch)
+        if _in_time_batch(batch, key) and _in_time_batch(batch, (keys.NEXT, *key))
+    ]
 
 
 def _sub_tensordicts(data: TensorDictBase, batch_size: torch.Size) -> list[TensorDictBase]:

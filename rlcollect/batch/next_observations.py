@@ -10,36 +10,20 @@ rebuilds them at sampling time from the root entries, the trajectory ids and `("
 
 from __future__ import annotations
 
-import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
+from rlcollect.batch.compact import paired_observation_keys
 
 Key = tuple[str, ...]
 
 
 def next_observation_keys(batch: TensorDictBase) -> list[Key]:
-    """The `("next", ...)` keys that `compact_obs=True` leaves out: the entries held both at
-    the root and under `"next"` as tensors of the same shape and dtype, the done flags
-    excepted (the env's observations and state: `"observation"`, `"step_count"`, `"is_init"`,
-    a recurrent state, a multi-agent group's observations), as TorchRL drops its env's
-    observation and state keys. `("next", "reward")` and the done flags stay."""
-    next_entries = batch.get(keys.NEXT, None)
-    if not isinstance(next_entries, TensorDictBase):
-        return []
-    found = []
-    for key in next_entries.keys(include_nested=True, leaves_only=True):
-        key = keys.as_tuple_key(key)
-        if key[-1] in keys.DONE_KEYS:
-            continue
-        root, after = batch.get(key, None), next_entries.get(key)
-        if (
-            isinstance(root, torch.Tensor)
-            and isinstance(after, torch.Tensor)
-            and (root.shape, root.dtype) == (after.shape, after.dtype)
-        ):
-            found.append((keys.NEXT, *key))
-    return found
+    """The `("next", ...)` keys that `compact_obs=True` leaves out: those of
+    `paired_observation_keys` (`"observation"`, `"step_count"`, `"is_init"`, a recurrent state,
+    a multi-agent group's observations), as TorchRL drops its env's observation and state
+    keys. `("next", "reward")` and the done flags stay."""
+    return [(keys.NEXT, *key) for key in paired_observation_keys(batch)]
 
 
 def drop_next_observations(batch: TensorDictBase) -> TensorDictBase:
