@@ -47,7 +47,15 @@ def test_workers_fill_a_torchrl_buffer_as_torchrl_does(
     # Iteration yields None once per batch; every frame is counted and stored once.
     assert ours["yielded_none"] == theirs["yielded_none"] == [True] * 3
     assert ours["frames"] == theirs["frames"] == 120
-    assert ours["len"] == ours["write_count"] == theirs["len"] == theirs["write_count"] == 120
+    assert ours["len"] == ours["write_count"] == 120
+    if builder == "MultiAsyncCollector":
+        # TorchRL's asynchronous workers run on while the last batch is handed over, so one of
+        # them sometimes writes a further batch of 40 before shutdown (seen: 160 stored in
+        # CI); ours stop writing once total_frames are in.
+        assert theirs["len"] == theirs["write_count"] >= 120
+        assert theirs["len"] % 40 == 0
+    else:
+        assert theirs["len"] == theirs["write_count"] == 120
     # The same entries, with the same per-frame shapes and dtypes.
     assert ours["keys"] == theirs["keys"]
     assert ours["shapes"] == theirs["shapes"]
