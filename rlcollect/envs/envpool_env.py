@@ -147,23 +147,30 @@ class EnvPoolEnv(EnvBase):
         self._reset_rows(t, selected)
 
     def _reset_rows(self, t: int, selected: np.ndarray | None) -> None:
-        """Reset the envs of `selected` (all when None) into the root at `t`, flags cleared."""
+        """Reset the envs of `selected` (all when None) into the root at `t`, flags cleared;
+        every pool's reset starts before the first is waited for."""
+        resetting = []
         for pool in self._pools:
-            if selected is None:
-                self._reset_pool(pool, t, None)
-                continue
-            local = np.flatnonzero(selected[pool.start : pool.start + pool.size])
-            if len(local):
-                self._reset_pool(pool, t, local.astype(np.int32))
+            local = None
+            if selected is not None:
+                local = np.flatnonzero(selected[pool.start : pool.start + pool.size])
+                if not len(local):
+                    continue
+                local = local.astype(np.int32)
+            pool.start_reset(local)
+            resetting.append(pool)
+        self._finish_resets(t, resetting)
 
-    def _reset_pool(self, pool: Pool, t: int, local_ids: np.ndarray | None) -> None:
-        """Reset the envs `local_ids` of `pool` (all when None) into the root at `t`."""
-        self._unused_seed = None
-        observation, info = pool.handle.reset(local_ids)
-        at = pool.rows(info["env_id"])
-        self._rows.root_observations[0][at, t] = observation
-        for flag in self._rows.root_flags:
-            flag[at, t] = False
+    def _finish_resets(self, t: int, resetting: list[Pool]) -> None:
+        """Wait for the resets started on `resetting` and write them into the root at `t`."""
+        if resetting:
+            self._unused_seed = None
+        for pool in resetting:
+            observation, env_ids = pool.finish_reset()
+            at = pool.rows(env_ids)
+            self._rows.root_observations[0][at, t] = observation
+            for flag in self._rows.root_flags:
+                flag[at, t] = False
 
     def step_into(self, t: int) -> None:
         self._check_open()
@@ -183,26 +190,30 @@ class EnvPoolEnv(EnvBase):
 
     def _step_rows(self, t: int, next_root: bool) -> None:
         """Send the actions at `t` and write each received batch into `"next"` at `t`. With
-        `next_root`, also fill the root at `t + 1`, resetting each pool's finished envs as soon
-        as its batch is in, while the other pools may still be stepping."""
+        `next_root`, also fill the root at `t + 1`, where each pool's finished envs are reset:
+        their reset starts as soon as the pool's batch is in, and runs in EnvPool's threads
+        while the batches are written (the other pools may still be stepping too)."""
         rows = self._rows
         actions = self._read_actions(rows.action[:, t])
         for pool in self._pools:
-            pool.handle.send(actions[pool.start : pool.start + pool.size], pool.local_ids)
+            pool.send(actions[pool.start : pool.start + pool.size], pool.local_ids)
         done_rows, terminated_rows, truncated_rows = rows.next_flags
+        resetting = []
         for pool in self._pools:
-            observation, reward, terminated, truncated, info = pool.handle.recv()
-            at = pool.rows(info["env_id"])
+            observation, reward, terminated, truncated, env_ids = pool.recv()
+            done = terminated | truncated
+            if next_root and done.any():
+                pool.start_reset(env_ids[done])
+                resetting.append(pool)
+            at = pool.rows(env_ids)
             rows.next_observations[0][at, t] = observation
             if next_root:
                 rows.root_observations[0][at, t + 1] = observation
             rows.reward[at, t, 0] = reward
             terminated_rows[at, t, 0] = terminated
             truncated_rows[at, t, 0] = truncated
-            done = terminated | truncated
             done_rows[at, t, 0] = done
-            if next_root and done.any():
-                self._reset_pool(pool, t + 1, info["env_id"][done])
+        self._finish_resets(t + 1, resetting)
 
     # --- protocol -----------------------------------------------------------------------------
 

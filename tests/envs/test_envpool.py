@@ -22,6 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered:UserWarning"
 
 from rlcollect.envs.base import EnvBase  # noqa: E402
 from rlcollect.envs.envpool_env import EnvPoolEnv  # noqa: E402
+from rlcollect.envs.envpool_pools import StateLayout  # noqa: E402
 
 SEED = 3
 
@@ -48,11 +49,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("env_id", "num_envs", "batch_size", "make_kwargs", "steps"), CASES)
-def test_collector_batches_equal_envpool_loop_replayed(
-    env_id: str, num_envs: int, batch_size: int | None, make_kwargs: dict[str, Any], steps: int
+def check_against_replay(
+    env_id: str,
+    num_envs: int,
+    batch_size: int | None,
+    make_kwargs: dict[str, Any],
+    steps: int,
+    direct: bool,
 ) -> None:
+    """Our Collector's batches over `EnvPoolEnv` equal EnvPool's own loop replayed with the
+    same actions; `direct` says which path the pools must take (see `Pool`)."""
     env = EnvPoolEnv(env_id, num_envs, batch_size=batch_size, seed=SEED, **make_kwargs)
+    assert [pool.is_direct for pool in env._pools] == [direct] * len(env._pools)
     data = collect(env, steps // 2, batches=2)
     env.close()
     assert data.batch_size == (num_envs, steps)  # every frame is a transition
@@ -62,6 +70,23 @@ def test_collector_batches_equal_envpool_loop_replayed(
     pool.close()
     ends = assert_batch_matches_replay(data, replay)
     assert ends > 0, "the case must reach episode ends to test the next-step autoreset"
+
+
+@pytest.mark.parametrize(("env_id", "num_envs", "batch_size", "make_kwargs", "steps"), CASES)
+def test_collector_batches_equal_envpool_loop_replayed(
+    env_id: str, num_envs: int, batch_size: int | None, make_kwargs: dict[str, Any], steps: int
+) -> None:
+    check_against_replay(env_id, num_envs, batch_size, make_kwargs, steps, direct=True)
+
+
+@pytest.mark.parametrize(("batch_size"), [None, 4], ids=["sync", "send-recv"])
+def test_envpools_public_api_path_gives_the_same_batches(
+    batch_size: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task outside the direct path's layout (several players, a dict of observations) goes
+    through EnvPool's public send / recv / reset; forced here on CartPole."""
+    monkeypatch.setattr(StateLayout, "of", classmethod(lambda cls, handle: None))
+    check_against_replay("CartPole-v1", 8, batch_size, {}, 60, direct=False)
 
 
 def test_keys_and_flags_match_torchrl_multithreaded_env(monkeypatch: pytest.MonkeyPatch) -> None:
