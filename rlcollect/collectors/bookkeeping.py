@@ -70,20 +70,25 @@ def finished_sums(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-episode sums of `[n, T]` `values` (rewards, or ones for lengths) given the sums
     carried over from earlier batches (`running`, `[n]`): the sums of the episodes that end in
-    this batch, in done order, and the sums carried into the next batch."""
+    this batch, in done order (env by env, then step by step), and the sums carried into the
+    next batch. Works on the ends alone: a few ops on `[n, T]`, then on as many as ended."""
+    steps = values.shape[-1]
     cumulative = running.unsqueeze(-1) + values.cumsum(-1)
-    previous = last_true_index(torch.nn.functional.pad(done[:, :-1], (1, 0), value=False))
-    offset = torch.where(
-        previous >= 0,
-        cumulative.gather(1, (previous - 1).clamp_min(0)),
-        torch.zeros_like(cumulative),
-    )
-    finished = (cumulative - offset)[done]
-    last = last_true_index(done)[:, -1]
-    end_offset = torch.where(
-        last >= 0, cumulative.gather(1, last.clamp_min(0).unsqueeze(-1)).squeeze(-1), 0.0
-    )
-    return finished, cumulative[:, -1] - end_offset
+    at = done.reshape(-1).nonzero().squeeze(-1)  # where episodes end, env-major
+    at_end = cumulative.reshape(-1)[at]
+    rows = torch.div(at, steps, rounding_mode="floor")
+    # An episode starts after the end before it in its row, or at the batch's start.
+    follows_an_end = torch.zeros_like(at, dtype=torch.bool)
+    follows_an_end[1:] = rows[1:] == rows[:-1]
+    start = torch.zeros_like(at_end)
+    start[1:] = at_end[:-1]
+    finished = at_end - torch.where(follows_an_end, start, torch.zeros_like(start))
+    # What runs on into the next batch starts after the last end of each row.
+    last_of_row = torch.ones_like(follows_an_end)
+    last_of_row[:-1] = ~follows_an_end[1:]
+    carried = cumulative[:, -1].clone()
+    carried[rows[last_of_row]] -= at_end[last_of_row]
+    return finished, carried
 
 
 class EpisodeTracker:
@@ -117,19 +122,26 @@ class EpisodeTracker:
     def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """Account one batch of `[n, T]` rewards and done flags."""
         reward = reward.double()
-        if self.running is None or self.running.shape[0] != reward.shape[0]:
-            self.running = torch.zeros(reward.shape[0], dtype=torch.float64, device=reward.device)
+        n = reward.shape[0]
+        if self.running is None or self.running.shape[0] != n:
+            self.running = torch.zeros(n, dtype=torch.float64, device=reward.device)
         if self.running_lengths is None or self.running_lengths.shape != self.running.shape:
             self.running_lengths = torch.zeros_like(self.running)
-        episode_returns, self.running = finished_sums(self.running, reward, done)
-        lengths, self.running_lengths = finished_sums(
-            self.running_lengths, torch.ones_like(reward), done
+        # Returns and lengths in one pass: rewards stacked over ones, the flags twice.
+        sums, carried = finished_sums(
+            torch.cat((self.running, self.running_lengths)),
+            torch.cat((reward, torch.ones_like(reward))),
+            torch.cat((done, done)),
         )
-        if episode_returns.numel():
+        finished = sums.numel() // 2
+        episode_returns, lengths = sums[:finished], sums[finished:]
+        self.running, self.running_lengths = carried[:n], carried[n:]
+        if finished:
             self.last_returns = episode_returns.float().cpu()
-            self.recent_returns.extend(self.last_returns.tolist())
-            self.recent_lengths.extend(int(length) for length in lengths.round().tolist())
-            self.episodes += int(episode_returns.numel())
+            # Only the last RECENT_EPISODES can stay in the windows.
+            self.recent_returns.extend(self.last_returns[-RECENT_EPISODES:].tolist())
+            self.recent_lengths.extend(lengths[-RECENT_EPISODES:].round().long().tolist())
+            self.episodes += finished
 
     def state_dict(self) -> dict[str, object]:
         """The finished-episode statistics (unfinished episodes end with the env anyway)."""
