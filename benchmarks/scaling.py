@@ -195,6 +195,16 @@ def ours_envpool(env_id: str, num_envs: int) -> Stream:
     return ours_collector(env, env_id, num_envs)
 
 
+def ours_envpool_pools(env_id: str, num_envs: int) -> Stream:
+    """`EnvPoolEnv` in its send / recv mode: two pools of half the envs, one EnvPool thread
+    each (the same two threads), so one pool's finished envs reset while the other steps."""
+    from rlcollect.envs import EnvPoolEnv  # type: ignore[attr-defined]
+
+    pools = min(2, num_envs)
+    env = EnvPoolEnv(env_id, num_envs=num_envs, batch_size=num_envs // pools, num_threads=1)
+    return ours_collector(env, env_id, num_envs)
+
+
 def ours_multi(env_id: str, num_envs: int) -> Stream:
     """`MultiSyncCollector`: 2 worker processes, each stepping `SerialEnv(num_envs / 2)`."""
     from rlcollect.collectors import MultiSyncCollector
@@ -303,6 +313,7 @@ IMPLEMENTATIONS: dict[str, Callable[[str, int], Stream]] = {
     "ours-serial": ours_serial,
     "ours-vector": ours_vector,
     "ours-envpool": ours_envpool,
+    "ours-envpool-pools": ours_envpool_pools,
     "ours-multi": ours_multi,
     "ours-multi-envpool": ours_multi_envpool,
     "ours-async-envpool": ours_async_envpool,
@@ -320,6 +331,7 @@ MAX_ENVS = {"torchrl-serial": 256, "torchrl-parallel": 256}
 ISOLATED = {"ours-multi", "ours-multi-envpool", "ours-async-envpool", "torchrl-parallel"}
 PONG_IMPLEMENTATIONS = [
     "ours-envpool",
+    "ours-envpool-pools",
     "ours-multi-envpool",
     "ours-async-envpool",
     "torchrl-multithreaded",
@@ -333,8 +345,10 @@ TARGETS = [
     ("cartpole", "ours-serial", "gym-loop", 1.0, (64, 256)),
     ("cartpole", "ours-best", "envpool-loop", 0.9, (256,)),
     ("cartpole", "ours-envpool", "envpool-loop", 0.9, (256,)),
+    ("cartpole", "ours-envpool-pools", "envpool-loop", 0.9, (256,)),
     ("pong", "ours-best", "envpool-loop", 0.9, (8, 32)),
     ("pong", "ours-envpool", "envpool-loop", 0.9, (8, 32)),
+    ("pong", "ours-envpool-pools", "envpool-loop", 0.9, (8, 32)),
     ("pong", "ours-best", "torchrl-multithreaded", 4.0, (8, 32)),
 ]
 
