@@ -239,3 +239,13 @@ def processes_gone(pids: list[int], within: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, every test on the session's Ray cluster goes to one worker, so the
+    suite starts one cluster, not one per worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
