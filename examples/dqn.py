@@ -44,7 +44,7 @@ from common.env_info import EnvInfo, probe_env
 from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
 from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
-from common.off_policy import StallWatch
+from common.off_policy import StallWatch, UpdatePacer
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
 from common.video import EvaluationVideo, check_video_config
@@ -125,27 +125,6 @@ class Learner:
         mean = self.loss_sum / self.loss_count if self.loss_count else float("nan")
         self.loss_sum, self.loss_count = 0.0, 0
         return mean
-
-
-class UpdatePacer:
-    """Keeps one gradient step per `frames_per_update` frames from the moment the buffer holds
-    `learning_starts` items (after a resume too, once the buffer has refilled)."""
-
-    def __init__(self, frames_per_update: int, learning_starts: int) -> None:
-        self.frames_per_update = frames_per_update
-        self.learning_starts = learning_starts
-        self.anchor: tuple[int, int] | None = None
-
-    def lag(self, frames: int, updates: int, buffer_size: int) -> int:
-        """How many gradient steps the learner owes at `frames` frames."""
-        if self.anchor is None:
-            if buffer_size < self.learning_starts:
-                return 0
-            # The buffer grows one item per frame until the learner first looks: anchor at the
-            # frame where it crossed `learning_starts`, however late the learner noticed.
-            self.anchor = (frames - (buffer_size - self.learning_starts), updates)
-        anchor_frames, anchor_updates = self.anchor
-        return anchor_updates + (frames - anchor_frames) // self.frames_per_update - updates
 
 
 def epsilon_at(frames: int, cfg: DictConfig, total_frames: int) -> float:
@@ -335,14 +314,17 @@ def learn(
 ) -> None:
     """The learner loop: keep pace with collection, push weights, evaluate, log, checkpoint;
     until the collector is done or `stop` is requested (Ctrl-C)."""
-    pacer = UpdatePacer(cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
+    pacer = UpdatePacer(1 / cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
     watch = StallWatch(collector, cfg.dqn.stall_timeout_s)
     next_log = collector.frames + cfg.log_every
     synced_at = learner.updates
     while not stop.requested:
         # Read "done" before the frame count: once done, `frames` is final and the learner
-        # owes exactly the steps for it.
+        # owes exactly the steps for it. The buffer's size is read before the frame count too,
+        # and both before a pause (after one, the collector may add a batch at once): a batch
+        # seen in the size but not in the count would anchor the pacer a batch early.
         finished = collector.is_done
+        buffer_size = len(replay_buffer)
         frames = collector.frames
         if frames >= next_log:
             # Paused while evaluating and logging, so the row, the evaluation and the best
@@ -355,7 +337,7 @@ def learn(
         if recorder.checkpoint_due(frames):
             with collector.pause():
                 recorder.save(collector.frames, checkpoint)
-        lag = pacer.lag(frames, learner.updates, len(replay_buffer))
+        lag = pacer.lag(frames, learner.updates, buffer_size)
         if lag <= 0:
             if finished:
                 break

@@ -174,13 +174,13 @@ def test_evaluate_runs_whole_greedy_episodes_on_a_batched_env(common: ModuleType
 
 
 def test_update_pacer_keeps_the_ratio_from_when_learning_starts(scripts: dict) -> None:
-    pacer = scripts["dqn"].UpdatePacer(frames_per_update=4, learning_starts=100)
+    pacer = scripts["dqn"].UpdatePacer(updates_per_frame=1 / 4, learning_starts=100)
     assert pacer.lag(frames=64, updates=0, buffer_size=64) == 0
     # first seen at 128 frames, but the buffer crossed 100 items at frame 100: anchored there
     assert pacer.lag(frames=128, updates=0, buffer_size=128) == 7
     assert pacer.lag(frames=192, updates=7, buffer_size=192) == 16
     assert pacer.lag(frames=192, updates=23, buffer_size=192) == 0
-    resumed = scripts["dqn"].UpdatePacer(frames_per_update=4, learning_starts=100)
+    resumed = scripts["dqn"].UpdatePacer(updates_per_frame=1 / 4, learning_starts=100)
     assert resumed.lag(frames=10_000, updates=500, buffer_size=100) == 0
     assert resumed.lag(frames=10_040, updates=500, buffer_size=140) == 10
 
