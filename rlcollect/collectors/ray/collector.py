@@ -255,6 +255,8 @@ class RayCollector(RayCollectorControl):
         self._start_time: float | None = None
         self._final: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._seeds: list[int | None] = [None] * num
+        # The latest weights of each model other than the policy, for restarted actors.
+        self._models: dict[str, Any] = {}
         self._pending: dict[int, Call] = {}  # sync=False: the collect in flight per actor
         self._writes_counted = False  # what the ended actors wrote is counted
         self._turn = 0
@@ -364,10 +366,17 @@ class RayCollector(RayCollectorControl):
     ) -> None:
         """Have every actor of `worker_ids` (None: all) load the weights of models other than
         the policy, each checked there against its own model, and wait for every
-        acknowledgement. A restarted actor starts with the policy's weights only."""
+        acknowledgement. The weights are kept: an actor that Ray restarts loads them too."""
         self._check_open()
         timeout = check_update_timeout(timeout)
         slots = select_children(self.fleet.slots, worker_ids, "actor")
+        self._send_models(slots, models, timeout)
+        self._models.update(models)
+
+    def _send_models(
+        self, slots: Sequence[ActorSlot], models: dict[str, Any], timeout: float
+    ) -> None:
+        """Have the actors of `slots` load `models`; raise the first error one answers."""
         child_timeout = timeout * CHILD_TIMEOUT_SHARE
         answers = self.fleet.call(
             slots, "update_models", models, child_timeout, timeout=timeout, fatal=False
@@ -383,7 +392,8 @@ class RayCollector(RayCollectorControl):
             self.update_policy_weights_(worker_ids=due)
 
     def _restore(self, slot: ActorSlot) -> None:
-        """Give a restarted actor the current weights, trajectory ids of its own and its seed
+        """Give a restarted actor the current weights (its other models' too), trajectory ids
+        of its own and its seed
         moved on; in the background, it goes on with what is left of its share. What its dead
         process wrote to the buffer after it last reported is counted (the buffer saw it)."""
         unreported = self._unreported(slot, slot.restarts - 1)
@@ -395,6 +405,8 @@ class RayCollector(RayCollectorControl):
         self.fleet.call([slot], "restore", reference, self.policy_version, ids, seed, slot.restarts)
         if reference is not None:
             slot.policy_version = self.policy_version
+        if self._models:
+            self._send_models([slot], self._models, check_update_timeout(None))
         if self.background.active:
             self.background.resume(slot, unreported)
         else:

@@ -15,8 +15,11 @@ from tests.collectors.multiprocess.test_multi_model_weights import (
     value_net,
 )
 from tests.collectors.policies import greedy_module
+from tests.collectors.ray.helpers import REPORT_SECONDS, actor_handles
+from tests.conftest import processes_gone
 
-pytest.importorskip("ray")
+ray = pytest.importorskip("ray")
+
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -43,3 +46,22 @@ def test_every_actor_applies_the_value_network_before_the_call_returns() -> None
         with pytest.raises(ValueError, match=r"model 'env.transform\[0\].module'"):
             collector.update_policy_weights_(weights_dict={VALUE: wrong})
         assert (collector.next()["next", "value"] == 7).all()  # the actors went on
+
+
+@pytest.mark.slow
+def test_an_actor_ray_restarts_loads_the_models_weights_again() -> None:
+    with RayCollector(
+        [make_env, make_env],
+        greedy_module(),
+        frames_per_batch=16,
+        total_frames=-1,
+        restart_dead_collectors=True,
+    ) as collector:
+        collector.update_policy_weights_(weights_dict={VALUE: value_net(7.0)})
+        assert (collector.next()["next", "value"] == 7).all()
+        pid = collector.stats()["collectors"][1]["pid"]
+        ray.kill(actor_handles(collector)[1], no_restart=False)
+        assert processes_gone([pid], REPORT_SECONDS)
+        batch = collector.next()  # actor 1 comes back within the batch
+        assert collector.stats()["collectors"][1]["restarts"] == 1
+        assert (batch["next", "value"] == 7).all(), "the restarted actor has the value network"
