@@ -48,10 +48,11 @@ class EnvPoolEnv(EnvBase):
           writes each pool's batch (with EnvPool's env ids, which say where each row goes) as
           it is received, so the pools still stepping overlap with the writes and with the
           resets of the pools already in. With many short episodes this is the faster mode:
-          on CartPole at 256 envs, two pools of 128 with one thread each ran ~10% faster than
-          one pool with two threads (`benchmarks/scaling.py`, `ours-envpool-pools`). One pool whose
-          batch is smaller than its envs (EnvPool's own async mode) cannot be used: its `recv`
-          blocks until `batch_size` envs are ready, so finished envs could not be reset alone.
+          on CartPole at 256 envs, two pools of 128 with one thread each ran 5-10% faster
+          than one pool with two threads (`benchmarks/scaling.py`, `ours-envpool-pools`).
+          One pool whose batch is smaller than its envs (EnvPool's own async mode) cannot be
+          used: its `recv` blocks until `batch_size` envs are ready, so finished envs could
+          not be reset alone.
 
     Args:
         env_id: an EnvPool task id (`envpool.list_all_envs()`), e.g. "CartPole-v1", "Pong-v5"

@@ -104,12 +104,12 @@ class Pool:
 
     __slots__ = ("_layout", "_resetting", "handle", "local_ids", "size", "start")
 
-    def __init__(self, handle: Any, start: int, size: int, *, direct: bool = True) -> None:
+    def __init__(self, handle: Any, start: int, size: int) -> None:
         self.handle = handle
         self.start = start
         self.size = size
         self.local_ids = np.arange(size, dtype=np.int32)
-        self._layout = StateLayout.of(handle) if direct else None
+        self._layout = StateLayout.of(handle)
         self._resetting: np.ndarray | None = None
 
     @property

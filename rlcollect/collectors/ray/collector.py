@@ -393,9 +393,9 @@ class RayCollector(RayCollectorControl):
 
     def _restore(self, slot: ActorSlot) -> None:
         """Give a restarted actor the current weights (its other models' too), trajectory ids
-        of its own and its seed
-        moved on; in the background, it goes on with what is left of its share. What its dead
-        process wrote to the buffer after it last reported is counted (the buffer saw it)."""
+        of its own and its seed moved on; in the background, it goes on with what is left of
+        its share. What its dead process wrote to the buffer after it last reported is counted
+        (the buffer saw it)."""
         unreported = self._unreported(slot, slot.restarts - 1)
         offset, stride = slot.spec.trajectory_ids
         ids = (offset + stride * RESTART_ID_GAP * slot.restarts, stride)
