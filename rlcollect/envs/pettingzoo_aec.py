@@ -38,8 +38,10 @@ class PettingZooAECEnv(PettingZooEnv):
         seed: seeds the env at construction.
 
     Examples:
+        >>> import torch
         >>> from pettingzoo.classic import tictactoe_v3
         >>> env = PettingZooAECEnv(tictactoe_v3.env(), seed=0)
+        >>> _ = torch.manual_seed(0)  # the random moves (an illegal one ends the game)
         >>> data = env.rollout(3)
         >>> data["player_1", "mask"].flatten().tolist()  # player_1 moves first, then turns
         [True, False, True]
