@@ -259,7 +259,10 @@ class ReplayBuffer:
 
     def _prefetched(self, batch_size: int) -> tuple[Any, dict[Any, Any]]:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=self._prefetch)
+            # One thread: draws run in the order they are asked for. With several, two draws
+            # could take the lock out of order, and a sampler without replacement would hand
+            # an item twice across the end of an epoch.
+            self._executor = ThreadPoolExecutor(max_workers=1)
         if not self._queue:
             self._queue.append(self._executor.submit(self._sample, batch_size))
         result = self._queue.popleft().result()
