@@ -26,6 +26,9 @@ import pytest
 SHARED_MEMORY = Path("/dev/shm")
 GRACE_SECONDS = 1.0
 SETTLE_SECONDS = 1.0
+# The segments tests/test_conftest.py leaks on purpose, in a pytest run of its own, while the
+# other xdist worker's tests run: named `<DELIBERATE_LEAK><pid>-...`.
+DELIBERATE_LEAK = "rlcdeliberate"
 
 # multiprocessing names a semaphore `<semprefix>-<random>` (file `sem.<semprefix>-<random>`),
 # with the prefix every process inherits from the one that started it: giving this session's
@@ -39,6 +42,8 @@ def made_by_us(name: str) -> bool:
     only when it belongs to our user."""
     if name.startswith("sem."):
         return name.startswith(f"sem.{SEMAPHORE_PREFIX}-")
+    if name.startswith(DELIBERATE_LEAK):  # tests/test_conftest.py's: only its own process's
+        return name.startswith(f"{DELIBERATE_LEAK}{os.getpid()}-")
     try:
         return (SHARED_MEMORY / name).stat().st_uid == os.getuid()
     except OSError:

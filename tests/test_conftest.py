@@ -56,7 +56,8 @@ def test_leftover_child_fails(no_leftover_children):
 
 
 def test_leftover_shared_memory_fails(no_leftover_children):
-    block = shared_memory.SharedMemory(create=True, size=16)
+    # named for this process: another test process's leak check must not take it for its own
+    block = shared_memory.SharedMemory(name=f"rlcdeliberate{os.getpid()}-x", create=True, size=16)
     block.close()
 
 
@@ -93,7 +94,7 @@ def test_fixture_flags_our_leftovers_only(tmp_path: Path) -> None:
     assert "ERROR test_cases.py::test_leftover_shared_memory_fails" in output
     assert "ERROR test_cases.py::test_our_leftover_semaphore_fails" in output
     assert "the test left child processes alive" in output
-    assert "the test left shared memory behind in /dev/shm: ['psm_" in output
+    assert "the test left shared memory behind in /dev/shm: ['rlcdeliberate" in output
     assert "the test left shared memory behind in /dev/shm: ['sem.mp-rlctest" in output
     # another program's semaphores, held or not, made during a test, are not that test's leak
     assert "test_foreign_semaphores_are_not_counted" not in output

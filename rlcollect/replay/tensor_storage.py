@@ -291,7 +291,7 @@ class LazyTensorStorage(TensorStorage):
                 f"a shared storage lives in CPU shared memory, but this one is on {self.device}; "
                 "use device='cpu' and move samples to the accelerator after sampling."
             )
-        path = tempfile.mkdtemp(prefix="rlcollect-rb-", dir=shared_memory_root())
+        path = tempfile.mkdtemp(prefix=f"rlcollect-rb-{os.getpid()}-", dir=shared_memory_root())
         self._cleanup = weakref.finalize(self, remove_directory, path, os.getpid())
         state = self.state_dict()
         self._set_leaves(None, None)

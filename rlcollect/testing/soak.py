@@ -127,7 +127,8 @@ def processes_left(pids: Iterable[int]) -> list[int]:
 
 def shared_memory_of_ours(prefix: str) -> set[str]:
     """The entries of /dev/shm this process tree may have made: semaphores with `prefix`
-    (set by `name_our_semaphores`) and the buffers' directories (`rlcollect-`)."""
+    (set by `name_our_semaphores`) and the shared buffers' directories this process made
+    (`rlcollect-rb-<pid>-`; another process's buffers, a test running beside, are not ours)."""
     try:
         names = os.listdir("/dev/shm")
     except OSError:
@@ -135,7 +136,8 @@ def shared_memory_of_ours(prefix: str) -> set[str]:
     return {
         name
         for name in names
-        if name.startswith((f"sem.{prefix}-", "rlcollect-")) and (Path("/dev/shm") / name).exists()
+        if name.startswith((f"sem.{prefix}-", f"rlcollect-rb-{os.getpid()}-"))
+        and (Path("/dev/shm") / name).exists()
     }
 
 
