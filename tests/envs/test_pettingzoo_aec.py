@@ -103,6 +103,6 @@ def test_turn_based_steps_count_one_agent_step_each() -> None:
 def test_the_wrong_api_is_refused() -> None:
     with pytest.raises(TypeError, match=r"turn-based .* PettingZooAECEnv"):
         PettingZooEnv(tictactoe_v3.env())
-    mpe2 = pytest.importorskip("mpe2")
+    simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")  # the submodule itself
     with pytest.raises(TypeError, match=r"must be a PettingZoo AECEnv"):
-        PettingZooAECEnv(mpe2.simple_spread_v3.parallel_env())
+        PettingZooAECEnv(simple_spread_v3.parallel_env())
