@@ -9,6 +9,8 @@ the entries kept in scratch (another dtype or device) are copied into the rollou
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
@@ -18,6 +20,7 @@ from rlcollect.batch.compact import compact_keys
 from rlcollect.batch.rollout_layout import FINAL_VALUE, is_buffer_layout, positive_size
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.rollout import RolloutLoop
+from rlcollect.collectors.single.action_field import DiscreteAction
 from rlcollect.collectors.single.storage_binding import (
     bind_buffer_storage,
     bind_torchrl_storage,
@@ -54,6 +57,13 @@ def check_num_steps(
         )
 
 
+def discrete_action(env: Any) -> DiscreteAction | None:
+    """The env's `"action"`, when it is discrete (one-hot or categorical)."""
+    if keys.ACTION not in env.action_keys:
+        return None
+    return DiscreteAction.of(env.full_action_spec[keys.ACTION], len(env.batch_size))
+
+
 class RolloutStorage:
     """A user's rollout bound to a collector: the loop over it and what follows the loop.
 
@@ -69,8 +79,10 @@ class RolloutStorage:
     def __init__(self, rollout: TensorDictBase, own: CarrierLayout, loop: RolloutLoop) -> None:
         self.rollout = rollout
         self.is_buffer_layout = is_buffer_layout(rollout)
-        bind = bind_buffer_storage if self.is_buffer_layout else bind_torchrl_storage
-        self.binding = bind(own.carrier, rollout)
+        if self.is_buffer_layout:
+            self.binding = bind_buffer_storage(own.carrier, rollout, discrete_action(loop.env))
+        else:
+            self.binding = bind_torchrl_storage(own.carrier, rollout)
         self.layout = own.over(self.binding.carrier)
         self.loop = loop.on(self.layout)
         output_keys = [keys.plain_key(key) for key in own.output_keys]

@@ -11,6 +11,8 @@ cast. Both layouts of `rlcollect/batch/rollout_layout.py` are bound here:
   (`field_of_key`), viewed with the collector's per-step shape (`reward` `[N, T + 1]` as
   `("next", "reward")` `[N, T + 1, 1]`); the collector's other entries (the root flags, the
   next observation, trajectory ids) live in scratch only, and the storage is left as it is.
+  A discrete action's `action` field holds its index or its one-hot, whichever the env takes
+  (`action_field.py`): one written back as it is, the other converted once per rollout.
 """
 
 from __future__ import annotations
@@ -21,9 +23,30 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.batch.rollout_layout import OBS, field_of_key
+from rlcollect.batch.rollout_layout import ACTION, OBS, field_of_key
+from rlcollect.collectors.single.action_field import Convert, DiscreteAction
 
 NestedKey = str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """One scratch entry of the carrier and where it goes in the storage after a loop.
+
+    Attributes:
+        destination: the storage's tensor.
+        scratch: the carrier's entry.
+        convert: what the entry goes through first (a one-hot action to its index, say).
+    """
+
+    destination: torch.Tensor
+    scratch: torch.Tensor
+    convert: Convert | None = None
+
+    def copy(self) -> None:
+        """Copy `scratch` (converted) into `destination`, casting its dtype, across devices."""
+        source = self.scratch if self.convert is None else self.convert(self.scratch)
+        self.destination.copy_(source.reshape(self.destination.shape))
 
 
 @dataclass
@@ -32,16 +55,16 @@ class StorageBinding:
 
     Attributes:
         carrier: the collector's keys, as the storage's tensors or as scratch.
-        write_backs: `(destination in the storage, scratch in the carrier)` pairs.
+        write_backs: the scratch entries and where they go in the storage.
     """
 
     carrier: TensorDictBase
-    write_backs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    write_backs: list[WriteBack] = field(default_factory=list)
 
     def write_back(self) -> None:
         """Copy every scratch entry into the storage (casting its dtype, across devices)."""
-        for destination, scratch in self.write_backs:
-            destination.copy_(scratch.reshape(destination.shape))
+        for write_back in self.write_backs:
+            write_back.copy()
 
 
 def _describe(entry: object) -> str:
@@ -73,22 +96,28 @@ def _tensor_keys(carrier: TensorDictBase) -> list[NestedKey]:
     ]
 
 
-def _bound(carrier: TensorDictBase, destinations: dict[NestedKey, torch.Tensor]) -> StorageBinding:
+def _bound(
+    carrier: TensorDictBase,
+    destinations: dict[NestedKey, torch.Tensor],
+    conversions: dict[NestedKey, Convert] | None = None,
+) -> StorageBinding:
     """A copy of `carrier` whose entries are views of `destinations` (each holding as many
     numbers per step as the collector's entry) where dtype and device agree and the layout
-    allows a view, and scratch entries written back elsewhere."""
+    allows a view, and scratch entries written back elsewhere (through `conversions` where
+    the storage holds another encoding)."""
+    conversions = conversions or {}
     bound = carrier.clone()
     binding = StorageBinding(bound)
     for key, destination in destinations.items():
         ours = bound.get(key)
         try:
-            view = destination.view(ours.shape)
+            view = None if key in conversions else destination.view(ours.shape)
         except RuntimeError:  # e.g. a non-contiguous field
             view = None
         if view is not None and (view.dtype, view.device) == (ours.dtype, ours.device):
             bound.set(key, view)
         else:
-            binding.write_backs.append((destination, ours))
+            binding.write_backs.append(WriteBack(destination, ours, conversions.get(key)))
     return binding
 
 
@@ -145,9 +174,35 @@ def _check_field(
     )
 
 
-def bind_buffer_storage(carrier: TensorDictBase, storage: object) -> StorageBinding:
+def _check_discrete_action(
+    ours: torch.Tensor, theirs: object, batch_dims: int, action: DiscreteAction
+) -> tuple[torch.Tensor, Convert | None]:
+    """The `action` field `theirs` and how the collector's discrete action `ours` becomes
+    it, refused unless it holds the action's indices or its one-hot."""
+    if (
+        isinstance(theirs, torch.Tensor)
+        and theirs.shape[:batch_dims] == ours.shape[:batch_dims]
+        and action.fits(theirs.shape[batch_dims:].numel())
+    ):
+        return theirs, action.conversion(theirs.shape[batch_dims:].numel())
+    raise ValueError(
+        f"the rollout's {ACTION!r} is {_describe(theirs)}; this collector writes "
+        f"{keys.ACTION!r} there as {_describe(ours)}, {action.describe()}: allocate it with "
+        f"{action.accepted('action_dim')}."
+    )
+
+
+def bind_buffer_storage(
+    carrier: TensorDictBase, storage: object, action: DiscreteAction | None = None
+) -> StorageBinding:
     """Bind a buffer-layout storage (`obs`, `action`, `value`, ...): each field the collector
     has an entry for is written through that entry; the storage gets no new field.
+
+    Args:
+        carrier: the collector's own carrier.
+        storage: the user's rollout.
+        action: the env's discrete action, if it has one: the `action` field then holds its
+            indices or its one-hot, whichever it is allocated for.
 
     Raises:
         TypeError: `storage` is not a TensorDict.
@@ -165,11 +220,17 @@ def bind_buffer_storage(carrier: TensorDictBase, storage: object) -> StorageBind
             "rollout_len, spec_or_example=...))."
         )
     destinations: dict[NestedKey, torch.Tensor] = {}
+    conversions: dict[NestedKey, Convert] = {}
     for key in tensor_keys:  # check everything before binding anything
         rollout_field = field_of_key(key)
         entry = None if rollout_field is None else rollout.get(rollout_field.name, None)
         if rollout_field is None or entry is None:
             continue  # an entry of the collector's own, or a field the rollout leaves out
-        ours = carrier.get(key)
-        destinations[key] = _check_field(key, ours, entry, rollout_field.name, carrier.batch_dims)
-    return _bound(carrier, destinations)
+        ours, batch_dims = carrier.get(key), carrier.batch_dims
+        if rollout_field.name == ACTION and action is not None and action.is_written_by(ours):
+            destinations[key], convert = _check_discrete_action(ours, entry, batch_dims, action)
+            if convert is not None:
+                conversions[key] = convert
+        else:
+            destinations[key] = _check_field(key, ours, entry, rollout_field.name, batch_dims)
+    return _bound(carrier, destinations, conversions)
