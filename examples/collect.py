@@ -28,6 +28,7 @@ from common.config import (
     validate,
 )
 from common.env_info import probe_env
+from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.recorder import RunRecorder
 from omegaconf import DictConfig
@@ -101,4 +102,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     check_overrides("collect", sys.argv[1:])
+    check_extras("collect", sys.argv[1:])
     main()

@@ -42,6 +42,7 @@ from common.config import (
 )
 from common.env_info import EnvInfo, probe_env
 from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
+from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
 from common.off_policy import StallWatch, UpdatePacer
@@ -474,4 +475,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     check_overrides("dqn", sys.argv[1:])
+    check_extras("dqn", sys.argv[1:])
     main()

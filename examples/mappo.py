@@ -43,6 +43,7 @@ from common.config import (
     run_or_exit,
 )
 from common.evaluation import EVAL_SEED_OFFSET, evaluate
+from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.metrics import MEAN_RETURN, WINDOW_RETURN, set_in_last_row
 from common.multi_agent import probe_group
@@ -217,4 +218,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     check_overrides("mappo", sys.argv[1:])
+    check_extras("mappo", sys.argv[1:])
     main()

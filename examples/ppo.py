@@ -35,6 +35,7 @@ from common.config import (
 )
 from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
+from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.metrics import WINDOW_RETURN
 from common.recorder import WEIGHT_UPDATE, RunRecorder
@@ -284,4 +285,5 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     check_overrides("ppo", sys.argv[1:])
+    check_extras("ppo", sys.argv[1:])
     main()

@@ -33,6 +33,7 @@ from common.config import (
 )
 from common.env_info import EnvInfo, probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
+from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
@@ -220,4 +221,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     check_overrides(SCRIPT, sys.argv[1:])
+    check_extras(SCRIPT, sys.argv[1:])
     main()

@@ -46,6 +46,7 @@ from common.config import (
 )
 from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
+from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.off_policy import CollectionThrottle, RecentReturns, StallWatch, UpdatePacer
 from common.recorder import WEIGHT_UPDATE, RunRecorder
@@ -410,4 +411,5 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     check_overrides("sac", sys.argv[1:])
+    check_extras("sac", sys.argv[1:])
     main()
