@@ -53,12 +53,15 @@ class Block:
     def __str__(self) -> str:
         return f"{self.page}:{self.line} ({self.heading})"
 
-    def run(self) -> dict[str, Any]:
-        """Run the setup blocks, then this one, in one fresh namespace, and return it."""
+    def run(self, **names: Any) -> dict[str, Any]:
+        """Run the setup blocks, then this one, in one fresh namespace, and return it; `names`
+        replace what the setup blocks define (e.g. `action_dim=2`) before this block runs."""
         namespace: dict[str, Any] = {"__name__": "__main__"}
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)  # e.g. an action that misfits the spec
             for block in [*self.setups, self]:
+                if block is self:
+                    namespace.update(names)
                 try:
                     exec(compile(block.code, str(block), "exec"), namespace)
                 except ModuleNotFoundError as err:
@@ -119,6 +122,8 @@ CHECKED = {
     ("guide/multiprocess.md", "Multi-process collection"),
     ("guide/rllib-sampling.md", "Trajectory views"),
     ("guide/multi-agent.md", "One policy per team"),
+    ("guide/rollout-buffer.md", "Usage"),
+    ("guide/rollout-buffer.md", "GAE and a PPO iteration"),
 }
 
 
@@ -197,6 +202,56 @@ def test_multi_agent_example_gives_one_sub_batch_per_team() -> None:
     namespace = block_under("guide/multi-agent.md", "One policy per team").run()
     assert namespace["predator_batch"].batch_size == (1000, 3)
     assert namespace["prey_rewards"].shape == (1000, 1, 1)
+
+
+def cartpole_actions(rollout: Any) -> Any:
+    """`[N, T]`: the action index CartPole took at each step of a buffer-layout `rollout`,
+    found by replaying its dynamics from `obs[t]` with either action to `obs[t + 1]`; -1 at
+    the steps that ended an episode (the env was reset into `obs[t + 1]`)."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    cartpole = gym.make("CartPole-v1").unwrapped
+    cartpole.reset(seed=0)
+    obs, done = rollout["obs"].double().numpy(), rollout["done"]
+    steps = rollout.batch_size[-1] - 1
+    taken = torch.full((rollout.batch_size[0], steps), -1)
+    for env_index, step in zip(*torch.nonzero(~done[:, :steps], as_tuple=True), strict=True):
+        matches = []
+        for action in (0, 1):
+            cartpole.state = obs[env_index, step].copy()
+            after = cartpole.step(action)[0]
+            matches.append(np.allclose(after, obs[env_index, step + 1], atol=1e-4))
+        assert sum(matches) == 1, f"step {int(step)} of env {int(env_index)}: {matches}"
+        taken[env_index, step] = matches.index(True)
+    return taken
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("action_dim", [1, 2])
+@pytest.mark.parametrize("heading", ["Usage", "GAE and a PPO iteration"])
+def test_rollout_buffer_examples_store_the_index_or_the_one_hot_cartpole_took(
+    heading: str, action_dim: int
+) -> None:
+    import torch
+
+    namespace = block_under("guide/rollout-buffer.md", heading).run(action_dim=action_dim)
+    namespace["collector"].shutdown()
+    rollout = namespace["rollout"]
+    assert rollout["action"].shape == (4, 17, action_dim)
+    assert rollout["action"].dtype == torch.float32
+    taken = cartpole_actions(rollout)
+    stepped = taken >= 0
+    # every step but the episode ends: an episode lasts 8 steps at least, so 2 per env at most
+    assert stepped.sum() >= 16 * 4 - 2 * 4
+    stored = rollout["action"][:, :16][stepped]
+    if action_dim == 1:
+        assert torch.equal(stored[:, 0], taken[stepped].float()), "each action's index"
+    else:
+        expected = torch.nn.functional.one_hot(taken[stepped], 2).float()
+        assert torch.equal(stored, expected), "each action's one-hot"
 
 
 # --- the pages keep their facts ---

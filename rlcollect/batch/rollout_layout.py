@@ -23,6 +23,9 @@ Two layouts describe one `[*B, T + 1]` on-policy rollout (batch names `[..., "ti
   which `obs` cannot hold (the env was reset into `obs[t + 1]`), so that GAE bootstraps a
   truncated step as TorchRL's GAE does; it is 0 at the other steps. Algorithms attach their
   own fields (`advantage`, `return` = TorchRL's `"value_target"`, `seq_mask`, `seq_return`).
+  A discrete action of `n` choices is held as its index (`action_dim=1`, a float, as SB3's
+  rollout buffer holds it) or as its one-hot (`action_dim=n`), whichever the env takes
+  (`collectors/single/action_field.py`); `as_torchrl` gives `action` as it is held.
 
 This module is the one place where the two layouts' names meet: the collector writes the buffer
 layout through `field_of_key`, and `as_torchrl` gives TorchRL-keyed transitions of it.

@@ -95,7 +95,9 @@ class RolloutBuffer:
       ``[N, T + 1]``. Slot ``T`` of ``obs`` holds the last observation and of ``value`` its
       bootstrap value; for the transition-only fields it is padding. ``final_value`` is the
       value of the last observation of an episode truncated at that step (GAE bootstraps
-      from it). Actions of any env fit: a discrete action is stored as a float.
+      from it). A discrete action of ``n`` choices (one-hot or categorical) fits
+      ``action_dim=1``, holding its index as a float as SB3 does, or ``action_dim=n``,
+      holding its one-hot; the env receives its own encoding either way.
     * ``RolloutBuffer(num_envs, rollout_len, spec_or_example, device=...)``: the TorchRL
       layout, the keys of a collector batch: root entries (``"observation"``, ``"action"``,
       ``"state_value"``, flags, ...) and a ``"next"`` sub-TensorDict; for root entries slot
@@ -115,7 +117,8 @@ class RolloutBuffer:
         rollout_len: ``T``, the number of steps per rollout.
         obs_dim: the buffer layout's numbers per observation; or, for the TorchRL layout, what
             ``spec_or_example`` takes.
-        action_dim: the buffer layout's numbers per action (1 for a discrete action).
+        action_dim: the buffer layout's numbers per action: for a discrete action of ``n``
+            choices, 1 (its index) or ``n`` (its one-hot).
         device: where the rollout is allocated.
 
     Keyword Args:
