@@ -107,6 +107,23 @@ def test_the_action_field_holds_the_index_or_the_one_hot_the_env_received(
     collector.shutdown()
 
 
+@pytest.mark.gpu
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("action_dim", [1, 2])
+def test_a_rollout_on_cuda_holds_the_actions_a_cpu_cartpole_received(action_dim: int) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    collector, recorders = cartpole_collector("one-hot")
+    rollout = RolloutBuffer(N, T, OBS_DIM, action_dim, device="cuda").start_rollout()
+    received(recorders)
+    collector.collect(num_steps=T, rollout=rollout)
+    given = received(recorders)
+    expected = given.unsqueeze(-1) if action_dim == 1 else nn.functional.one_hot(given, 2)
+    assert rollout["action"].is_cuda
+    assert torch.equal(rollout["action"][:, :T].cpu(), expected.float())
+    collector.shutdown()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("encoding", ["one-hot", "categorical"])
 def test_an_action_field_of_another_size_is_refused_naming_both_that_fit(encoding: str) -> None:
