@@ -1,0 +1,282 @@
+"""The serving loop of an inference server: gather requests, run the policy once, answer all.
+
+The loop reads request records from the request FIFO, holds them until their rows reach
+`min_batch_size` (or `timeout` seconds pass since the first), runs the policy on at most
+`max_batch_size` rows at a time, writes the answers and the policy version into the response
+rows and signals each worker. It is the same whether it runs in a thread of the collector's
+process or in a server process of its own (`server.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule, set_interaction_type
+
+from rlcollect.collectors.batched.slots import (
+    ANSWERED,
+    FAILED,
+    REQUEST,
+    RESPONSE,
+    STOP_WORKER,
+    SlotLayout,
+    open_fifo,
+)
+from rlcollect.keys import NestedName
+
+# Bytes read from the request FIFO at once (a multiple of a record).
+READ_SIZE = REQUEST.size * 4096
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How the server batches: rows per forward at most, rows it waits for, and how long."""
+
+    max_batch_size: int = 64
+    min_batch_size: int = 1
+    timeout: float = 0.01
+
+
+@dataclass
+class ServerStats:
+    """What the server counted: requests, forwards, rows, and the last failure."""
+
+    requests: int = 0
+    batches: int = 0
+    rows: int = 0
+    failure: str | None = None  # the policy's last exception, with its traceback
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self, policy_version: int) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "batches": self.batches,
+            "rows": self.rows,
+            "avg_batch_size": self.rows / self.batches if self.batches else 0.0,
+            "policy_version": policy_version,
+            "failure": self.failure,
+        }
+
+
+class PolicyCall:
+    """`policy` on a batch of request rows, returning the response entries it produced.
+
+    A `TensorDictModule` around a plain module is called on the tensors (its keys resolved
+    once); anything else is called on a TensorDict of the rows.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        request_keys: list[NestedName],
+        response_keys: list[NestedName],
+        device: torch.device | None,
+        exploration_type: Any,
+    ) -> None:
+        self.policy = policy
+        self.request_keys = request_keys
+        self.response_keys = response_keys
+        self.device = device
+        self.exploration_type = exploration_type
+        self._direct = (
+            isinstance(policy, TensorDictModule)
+            and type(policy).forward is TensorDictModule.forward
+            and list(policy.in_keys) == request_keys[: len(policy.in_keys)]
+            and list(policy.out_keys) == response_keys[: len(policy.out_keys)]
+        )
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.device is not None:
+            inputs = [tensor.to(self.device, non_blocking=True) for tensor in inputs]
+        with torch.no_grad(), set_interaction_type(self.exploration_type):
+            if self._direct:
+                module = self.policy.module
+                outputs = module(*inputs[: len(self.policy.in_keys)])
+                return list(outputs) if isinstance(outputs, tuple) else [outputs]
+            rows = inputs[0].shape[0]
+            batch = TensorDict(dict(zip(self.request_keys, inputs, strict=True)), [rows])
+            result = self.policy(batch)
+            result = batch if result is None else result
+            return [result.get(key) for key in self.response_keys]
+
+
+class ServingLoop:
+    """Answers the requests of a collector's workers until told to stop.
+
+    Args:
+        layout: the slots.
+        call: the policy on request rows.
+        batching: the batch bounds.
+        policy_version: the version written with every answer at first.
+        has_version: whether the last response field is the policy version.
+    """
+
+    def __init__(
+        self,
+        layout: SlotLayout,
+        call: PolicyCall,
+        batching: Batching,
+        policy_version: int,
+        has_version: bool,
+    ) -> None:
+        self.layout = layout
+        self.call = call
+        self.batching = batching
+        self.policy_version = policy_version
+        self.stats = ServerStats()
+        # Held around each forward: weights change only between two.
+        self.lock = threading.Lock()
+        tables = layout.map()
+        self._block = tables.block
+        self._requests = [tables.requests.get(field.key) for field in layout.requests]
+        responses = [tables.responses.get(field.key) for field in layout.responses]
+        self._versions = responses[-1] if has_version else None
+        self._responses = responses[:-1] if has_version else responses
+        self.request_fd = open_fifo(layout.request_path)
+        self._response_fds = [
+            open_fifo(layout.response_path(worker)) for worker in range(layout.num_workers)
+        ]
+        self._pending: list[tuple[int, int]] = []
+        self._stopping = False
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def take_requests(self) -> None:
+        """Read every request record waiting in the FIFO (call when it is readable)."""
+        data = os.read(self.request_fd, READ_SIZE)
+        for worker, tag in REQUEST.iter_unpack(data):
+            if worker == STOP_WORKER:
+                self._stopping = True
+            elif worker < len(self._response_fds):
+                self._pending.append((worker, tag))
+
+    def _fill_to_minimum(self) -> None:
+        """Wait (at most `timeout` seconds) until the pending rows reach `min_batch_size`."""
+        need = self.batching.min_batch_size
+        per_worker = self.layout.envs_per_worker
+        deadline = time.monotonic() + self.batching.timeout
+        poller = select.poll()
+        poller.register(self.request_fd, select.POLLIN)
+        while len(self._pending) * per_worker < need and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000.0):
+                return
+            self.take_requests()
+
+    # --- serving ----------------------------------------------------------------------------
+
+    def serve_pending(self) -> None:
+        """Answer the pending requests, in forwards of at most `max_batch_size` rows."""
+        if self._pending and self.batching.min_batch_size > 1:
+            self._fill_to_minimum()
+        per_worker = self.layout.envs_per_worker
+        workers_per_forward = max(1, self.batching.max_batch_size // per_worker)
+        while self._pending:
+            chosen = self._pending[:workers_per_forward]
+            del self._pending[:workers_per_forward]
+            self._serve(chosen)
+
+    def _serve(self, chosen: list[tuple[int, int]]) -> None:
+        per_worker = self.layout.envs_per_worker
+        rows = torch.tensor(
+            [worker * per_worker + env for worker, _ in chosen for env in range(per_worker)]
+        )
+        status = ANSWERED
+        try:
+            with self.lock:
+                outputs = self.call([table.index_select(0, rows) for table in self._requests])
+                for table, output in zip(self._responses, outputs, strict=True):
+                    table.index_copy_(0, rows, output.reshape(-1, *table.shape[1:]).to(table))
+                if self._versions is not None:
+                    self._versions.index_fill_(0, rows, self.policy_version)
+        except Exception as err:  # the workers are told; the collector raises it
+            status = FAILED
+            self.stats.failure = (
+                f"the policy raised {type(err).__name__}: {err}\n{traceback.format_exc()}"
+            )
+        self.stats.requests += len(chosen)
+        self.stats.batches += 1
+        self.stats.rows += len(rows)
+        for worker, tag in chosen:
+            self.answer(worker, tag, status)
+
+    def answer(self, worker: int, tag: int, status: int) -> None:
+        os.write(self._response_fds[worker], RESPONSE.pack(tag, status))
+
+    def fail_all_waiting(self) -> None:
+        """Answer every pending request with a failure (the server is going away)."""
+        for worker, tag in self._pending:
+            self.answer(worker, tag, FAILED)
+        self._pending.clear()
+
+    def run(self, on_control: Callable[[], bool] | None = None, control_fd: int = -1) -> None:
+        """Serve until a stop record arrives (or `on_control`, called when `control_fd` is
+        readable, returns False)."""
+        poller = select.poll()
+        poller.register(self.request_fd, select.POLLIN)
+        if control_fd >= 0:
+            poller.register(control_fd, select.POLLIN)
+        while not self._stopping:
+            for fd, _ in poller.poll():
+                if fd == self.request_fd:
+                    self.take_requests()
+                    self.serve_pending()
+                elif on_control is not None and not on_control():
+                    return
+        self.fail_all_waiting()
+
+    def close(self) -> None:
+        for fd in (self.request_fd, *self._response_fds):
+            os.close(fd)
+
+    # --- weights ----------------------------------------------------------------------------
+
+    def load_weights(self, weights: TensorDictBase, version: int) -> None:
+        """Copy `weights` into the served policy between two forwards, as `version`.
+
+        Raises:
+            ValueError: weights of other names or shapes than the policy's, naming them.
+        """
+        target = TensorDict.from_module(self.call.policy)
+        check_weights(target, weights)
+        with self.lock:
+            target.update_(weights)
+            self.policy_version = version
+
+
+def check_weights(target: TensorDictBase, weights: TensorDictBase) -> None:
+    """Refuse weights whose names or shapes differ from the policy's, naming the first."""
+    expected = set(target.keys(include_nested=True, leaves_only=True))
+    given = set(weights.keys(include_nested=True, leaves_only=True))
+    if expected != given:
+        missing = sorted(map(str, expected - given))[:3]
+        extra = sorted(map(str, given - expected))[:3]
+        raise ValueError(
+            f"the weights do not fit the served policy: missing {missing}, unexpected "
+            f"{extra}. Pass the policy module itself, its state_dict() or "
+            "TensorDict.from_module(policy)."
+        )
+    for key in expected:
+        if target.get(key).shape != weights.get(key).shape:
+            raise ValueError(
+                f"the weights of {key!r} have shape {list(weights.get(key).shape)}; the "
+                f"served policy's have {list(target.get(key).shape)}."
+            )
+
+
+def stop_loop(layout: SlotLayout) -> None:
+    """Ask the serving loop over `layout` to return (from any process)."""
+    fd = open_fifo(layout.request_path)
+    try:
+        os.write(fd, REQUEST.pack(STOP_WORKER, 0))
+    finally:
+        os.close(fd)
