@@ -7,6 +7,7 @@ from rlcollect.batch.compact import compact_batch, transition_view
 from rlcollect.batch.episodes import Episode, EpisodeJoiner
 from rlcollect.batch.multi_agent_episode import MultiAgentEpisode
 from rlcollect.collectors import (
+    AsyncBatchedCollector,
     AsyncCollector,
     Collector,
     MultiAsyncCollector,
@@ -52,6 +53,7 @@ from rlcollect.transforms import (
 
 __all__ = [
     "GAE",
+    "AsyncBatchedCollector",
     "AsyncCollector",
     "CatFrames",
     "Collector",

@@ -7,6 +7,8 @@ backend when imported here.
 The Ray classes import Ray only when built, so this package imports without the ray extra.
 """
 
+from rlcollect.collectors.batched.collector import AsyncBatchedCollector
+from rlcollect.collectors.evaluation.evaluator import Evaluator
 from rlcollect.collectors.multiprocess.async_collector import MultiAsyncCollector
 from rlcollect.collectors.multiprocess.front_door import AsyncCollector, MultiCollector
 from rlcollect.collectors.multiprocess.sync_collector import MultiSyncCollector
@@ -26,8 +28,10 @@ from rlcollect.collectors.weights.schemes import (
 __all__ = [
     "ActorError",
     "ActorTimeoutError",
+    "AsyncBatchedCollector",
     "AsyncCollector",
     "Collector",
+    "Evaluator",
     "MultiAsyncCollector",
     "MultiCollector",
     "MultiProcessWeightSyncScheme",
