@@ -1,0 +1,121 @@
+"""The worker side of the "process" backend: an `EpisodeRunner` served over a command pipe.
+
+The process, its pipes, liveness and error replies (with the worker's traceback) are
+`rlcollect.runtime.processes`'s, as for `ParallelEnv` and the multi-process collectors. The
+worker runs `init_fn`, builds the env and the policy, reports the policy's weights layout
+(so the parent checks weights before it sends them), then answers one command at a time: a
+whole evaluation, the policy's state, or the weight channel of a scheme that has one.
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from rlcollect.collectors.evaluation.runner import EpisodeRunner
+from rlcollect.collectors.evaluation.settings import EvaluationSettings
+from rlcollect.collectors.weights.schemes import POLICY_MODEL_ID, WeightSyncScheme
+from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
+
+
+class EvaluationCommand(enum.IntEnum):
+    """What the parent asks the evaluation worker; the header's argument is the step."""
+
+    EVALUATE = 1  # payload: pickled (scheme payload or None, other models' weights)
+    POLICY_STATE = 2
+    CHANNEL = 3  # payload: the scheme's channel, pickled by multiprocessing's pickler
+    CLOSE = 4
+
+
+describe_command = command_describer(
+    EvaluationCommand, {EvaluationCommand.EVALUATE: "an evaluation (step {argument})"}
+)
+
+
+@dataclass
+class EvaluationWorkerSpec:
+    """What the worker builds its runner from; travels with cloudpickle (lambdas work)."""
+
+    env_factory: Callable[[], Any]
+    policy_factory: Callable[..., Any]
+    settings: EvaluationSettings
+    scheme: WeightSyncScheme
+    init_fn: Callable[[], None] | None = None
+    # TorchRL calls the policy factory with no argument in a worker process, with the env in
+    # a Ray actor (see `build_policy`).
+    factory_takes_env: bool = False
+
+    def build(self) -> EpisodeRunner:
+        if self.init_fn is not None:
+            self.init_fn()
+        return EpisodeRunner.build(
+            self.env_factory,
+            None,
+            self.policy_factory,
+            self.settings,
+            factory_takes_env=self.factory_takes_env,
+        )
+
+
+def run_evaluation_worker(index: int, connection: Connection, spec_bytes: bytes) -> None:
+    """Serve one runner (the target `bootstrap` runs): build it, report its weights layout,
+    answer commands until `CLOSE` or until the parent's pipe closes, then close it."""
+    try:
+        spec: EvaluationWorkerSpec = pickle.loads(spec_bytes)
+        runner = spec.build()
+        layout = {name: (tuple(t.shape), t.dtype) for name, t in runner.policy_state().items()}
+    except BaseException as err:  # sys.exit() in a factory is reported like any error
+        connection.send_bytes(error_reply(err, "building the evaluation env and policy"))
+        return
+    connection.send_bytes(OK + pickle.dumps(layout))
+    try:
+        EvaluationServer(runner, spec.scheme).serve(connection)
+    finally:
+        runner.close()
+
+
+class EvaluationServer:
+    """Answers a parent's commands with one runner."""
+
+    def __init__(self, runner: EpisodeRunner, scheme: WeightSyncScheme) -> None:
+        self.runner = runner
+        self.scheme = scheme
+        self.channel: Any = None
+        self.handlers: dict[int, Callable[[int, bytes], bytes]] = {
+            EvaluationCommand.EVALUATE: self.evaluate,
+            EvaluationCommand.POLICY_STATE: lambda *_: pickle.dumps(runner.policy_state()),
+            EvaluationCommand.CHANNEL: self.attach_channel,
+        }
+
+    def serve(self, connection: Connection) -> None:
+        while True:
+            try:
+                message = connection.recv_bytes()
+            except (EOFError, OSError):
+                return
+            command, argument = HEADER.unpack_from(message)
+            if command == EvaluationCommand.CLOSE:
+                return
+            try:
+                reply = OK + self.handlers[command](argument, message[HEADER.size :])
+            except BaseException as err:  # SystemExit / KeyboardInterrupt from an env too
+                reply = error_reply(err, describe_command(message))
+            connection.send_bytes(reply)
+
+    def evaluate(self, step: int, payload: bytes) -> bytes:
+        """Load the weights the message carries, if any, and run one evaluation."""
+        scheme_payload, models = pickle.loads(payload)
+        weights = dict(models)
+        if scheme_payload is not None:
+            policy_weights = self.scheme.unpack(self.channel, scheme_payload)
+            if policy_weights is not None:
+                weights[POLICY_MODEL_ID] = policy_weights
+        return pickle.dumps(self.runner.run(weights or None, step))
+
+    def attach_channel(self, _: int, payload: bytes) -> bytes:
+        self.channel = pickle.loads(payload)
+        return b""
