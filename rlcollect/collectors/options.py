@@ -240,6 +240,26 @@ class BatchOptions:
                 "written whole. Use extend_buffer=True."
             )
 
+    @property
+    def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:
+        """The hook called with every finished batch (TorchRL's attribute), or None."""
+        hooks = [process for process in self.pipeline if isinstance(process, CollectHook)]
+        return hooks[-1].hook if hooks else None
+
+    def set_post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        """Replace the post-collect hook (None removes it); it stays last in the pipeline.
+
+        Raises:
+            TypeError: `hook` is neither None nor callable.
+        """
+        if hook is not None and not callable(hook):
+            raise TypeError(
+                f"post_collect_hook must be a callable taking the batch, or None; got {hook!r}."
+            )
+        self.pipeline = [p for p in self.pipeline if not isinstance(p, CollectHook)]
+        if hook is not None:
+            self.pipeline.append(CollectHook(hook))
+
     def run_first(self, steps: list[Process]) -> None:
         """Put `steps` at the head of the pipeline: they see every batch as collected (the
         trajectory views' steps, known once the env is built)."""

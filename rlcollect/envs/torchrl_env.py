@@ -13,10 +13,13 @@ from rlcollect.envs.base import EnvBase
 
 
 def is_torchrl_env(env: Any) -> bool:
-    """Whether `env` looks like a TorchRL `EnvBase` (duck-typed: TorchRL stays optional)."""
-    module = type(env).__module__
-    return module.startswith("torchrl.") or any(
-        cls.__module__.startswith("torchrl.envs") for cls in type(env).__mro__
+    """Whether `env` is a TorchRL `EnvBase` instance (duck-typed: TorchRL stays optional).
+
+    Only TorchRL's env classes count: its other objects (an `EnvCreator`, a transform) are
+    not envs, and an `EnvCreator` is an env maker, called like any other."""
+    return any(
+        cls.__name__ == "EnvBase" and cls.__module__.startswith("torchrl.envs")
+        for cls in type(env).__mro__
     )
 
 
@@ -38,6 +41,13 @@ class TorchRLEnv(EnvBase):
         self.action_spec = env.action_spec
         self.reward_spec = env.reward_spec
         self.done_spec = env.output_spec["full_done_spec"]
+
+    def __getattr__(self, name: str) -> Any:
+        """What rlcollect's protocol lacks is the TorchRL env's (`full_observation_spec`,
+        `transform`, ...), so `collector.env` reads as the TorchRL env a user handed over."""
+        if name.startswith("_") or name == "env":  # not set yet (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.env, name)
 
     @property
     def observation_keys(self) -> list[tuple[str, ...]]:

@@ -17,6 +17,7 @@ from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
 from rlcollect.collectors.options import (
     BatchOptions,
+    CollectHook,
     optional_frames,
     round_to_batches,
     validate_frames,
@@ -420,8 +421,6 @@ class Collector(CollectorControl):
         (loop or self.loop).collect(self.frames < self.init_random_frames, stop)
         self.frames += self.frames_per_batch
         self.iterations += 1
-        if self._profiler is not None:
-            self._profiler.step()
 
     def _deliver(self) -> TensorDictBase:
         if self.options.store_once_at_delivery:
@@ -447,6 +446,20 @@ class Collector(CollectorControl):
         elif not self.options.return_same_td:
             batch = batch.clone()
         return self.layout.with_extras(batch)
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled batch shaped and keyed as the batches this collector yields
+        (TorchRL's): the env's, the policy's and the collector's keys over `[*B, T]` ("time"
+        last), after `compact_obs`, `split_trajs`, `postproc` and the private keys' removal;
+        the post-collect hook is not called. Nothing is collected, so a storage or a compiled
+        model can be set up before the first batch."""
+        batch = self.layout.with_extras(self.layout.batch_view).clone().zero_()
+        if self.options.drop_next_observations:
+            batch = drop_next_observations(batch)
+        for process in self.options.pipeline:
+            if not isinstance(process, CollectHook):
+                batch = process(batch)
+        return batch
 
     def _process(self, batch: TensorDictBase) -> TensorDictBase:
         """`batch` through the pipeline (split_trajs, postproc, private keys, hooks)."""

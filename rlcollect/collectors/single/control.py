@@ -10,13 +10,14 @@ background.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 
-from rlcollect.collectors.attribute_path import resolve_model
+from rlcollect.collectors.attribute_path import resolve_attribute_path, resolve_model
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.options import BatchOptions
@@ -31,7 +32,7 @@ from rlcollect.collectors.policy.weights import (
 from rlcollect.collectors.rollout import TrajectoryStream
 from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
 from rlcollect.collectors.single.background import BackgroundLoop
-from rlcollect.collectors.single.profiling import ProfileConfig, RolloutProfiler
+from rlcollect.collectors.single.profiling import ProfileConfig, ProfilingHook, RolloutProfiler
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.errors import MisuseError
 
@@ -55,6 +56,7 @@ class CollectorControl(CollectorBase):
     _start_time: float | None
     _frames_at_start: int
     _profiler: RolloutProfiler | None
+    _pre_collect_hook: Callable[[], None] | None
 
     def _check_idle(self, action: str) -> None:
         if self._background.is_busy:
@@ -278,27 +280,102 @@ class CollectorControl(CollectorBase):
             "policy_version": self.policy.version,
         }
 
-    # --- profiling --------------------------------------------------------------------------------
+    # --- remote-friendly helpers (TorchRL's) --------------------------------------------------
+
+    def get_distant_attr(self, attr: str) -> Any:
+        """What the attribute path `attr` names on this collector (e.g. `"worker_idx"` or
+        `"env.transform[0]"`), as TorchRL's; a parent collector asks its workers this."""
+        return resolve_attribute_path(self, attr)
+
+    def map_fn(
+        self,
+        method_name: str,
+        list_of_args: Sequence[tuple[Any, ...]] | None = None,
+        list_of_kwargs: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Any]:
+        """Call the method `method_name` (an attribute path) once per entry of `list_of_args`
+        / `list_of_kwargs`, here, and return the results in order (TorchRL's).
+
+        Raises:
+            ValueError: the two lists have different lengths.
+            AttributeError: `method_name` names something that is not callable.
+        """
+        if list_of_args is None:
+            list_of_args = [()] * (len(list_of_kwargs) if list_of_kwargs else 1)
+        if list_of_kwargs is None:
+            list_of_kwargs = [{}] * len(list_of_args)
+        if len(list_of_args) != len(list_of_kwargs):
+            raise ValueError(
+                f"map_fn({method_name!r}): list_of_args and list_of_kwargs must have the same "
+                f"length; got {len(list_of_args)} and {len(list_of_kwargs)}."
+            )
+        method = resolve_attribute_path(self, method_name)
+        if not callable(method):
+            raise AttributeError(f"map_fn({method_name!r}): that attribute is not callable.")
+        return [
+            method(*args, **kwargs)
+            for args, kwargs in zip(list_of_args, list_of_kwargs, strict=True)
+        ]
+
+    # --- hooks and profiling ---------------------------------------------------------------------
+
+    @property
+    def pre_collect_hook(self) -> Callable[[], None] | None:
+        """Called with no argument before every batch is collected (TorchRL's); settable."""
+        return self._pre_collect_hook
+
+    @pre_collect_hook.setter
+    def pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        if hook is not None and not callable(hook):
+            raise TypeError(f"pre_collect_hook must be a callable or None; got {hook!r}.")
+        self._pre_collect_hook = hook
+
+    @property
+    def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:
+        """Called with every finished batch, after `postproc` (TorchRL's); settable. While
+        profiling, it is the profiler's hook, which calls the user's hook first."""
+        return self.options.post_collect_hook
+
+    @post_collect_hook.setter
+    def post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        self.options.set_post_collect_hook(hook)
 
     def enable_profile(self, **options: Any) -> None:
         """Profile the next batches with PyTorch's profiler, as TorchRL's `enable_profile`:
         `num_rollouts=3` batches of which `warmup_rollouts=1` warm up, the trace exported to
         `save_path` (default `./collector_profile_{worker_idx}.json`) or handed to
         `on_trace_ready`; also `activities`, `record_shapes`, `profile_memory`, `with_stack`,
-        `with_flops`. `workers` is for multi-process collectors and ignored here."""
-        self.profile_with(ProfileConfig(**options))
+        `with_flops`. `workers` is for multi-process collectors and ignored here. The profiler
+        counts batches as the post-collect hook (the user's hook still runs first).
+
+        Raises:
+            RuntimeError: a batch was already collected (the profiler would miss the warm-up).
+        """
+        config = ProfileConfig(**options)
+        if self.iterations > 0:
+            raise RuntimeError(
+                "Cannot enable profiling after iteration has started: call enable_profile() "
+                "before the first batch is collected."
+            )
+        self.profile_with(config)
 
     def profile_with(self, config: ProfileConfig) -> None:
         """`enable_profile` with its options checked (a multi-process parent sends these)."""
         self._check_idle("enable_profile()")
         self.disable_profile()
         self._profiler = RolloutProfiler(config, self.worker_idx or 0)
+        self.options.set_post_collect_hook(ProfilingHook(self._profiler, self.post_collect_hook))
 
     def disable_profile(self) -> None:
-        """Stop profiling now (what was recorded is exported); a no-op when not profiling."""
-        if self._profiler is not None:
-            self._profiler.stop()
-            self._profiler = None
+        """Stop profiling now (what was recorded is exported) and put the user's post-collect
+        hook back; a no-op when not profiling."""
+        if self._profiler is None:
+            return
+        self._profiler.stop()
+        self._profiler = None
+        hook = self.post_collect_hook
+        if isinstance(hook, ProfilingHook):
+            self.options.set_post_collect_hook(hook.user_hook)
 
     @property
     def profile_config(self) -> ProfileConfig | None:

@@ -94,3 +94,18 @@ class RolloutProfiler:
         if not self.done:
             self.done = True
             self._profile.stop()
+
+
+class ProfilingHook:
+    """The post-collect hook while profiling, as in TorchRL: it calls the user's own hook
+    (if any) and then counts the batch for the profiler; `disable_profile()` puts the user's
+    hook back."""
+
+    def __init__(self, profiler: RolloutProfiler, user_hook: Callable[[Any], None] | None) -> None:
+        self.profiler = profiler
+        self.user_hook = user_hook
+
+    def __call__(self, batch: Any) -> None:
+        if self.user_hook is not None:
+            self.user_hook(batch)
+        self.profiler.step()

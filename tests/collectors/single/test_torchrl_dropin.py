@@ -201,7 +201,7 @@ def test_a_policy_reading_a_missing_init_flag_names_auto_register_policy_transfo
 
     policy, _ = lstm_policy()
     for value in (None, False):
-        with pytest.raises(ValueError, match=r"\['is_init'\].*auto_register_policy_transforms"):
+        with pytest.raises(KeyError, match=r"\['is_init'\].*auto_register_policy_transforms"):
             Collector(
                 GymEnv("CartPole-v1"),
                 policy,
@@ -228,7 +228,64 @@ def test_enable_profile_writes_a_trace_of_the_profiled_batches(tmp_path) -> None
     collector.disable_profile()  # a no-op now
     with pytest.raises(ValueError, match=r"warmup_rollouts < num_rollouts"):
         collector.enable_profile(num_rollouts=1, warmup_rollouts=1)
+    with pytest.raises(RuntimeError, match=r"Cannot enable profiling after iteration"):
+        collector.enable_profile(num_rollouts=2, warmup_rollouts=1)
     collector.shutdown()
+
+
+def test_hooks_are_settable_attributes_and_profiling_wraps_the_post_hook(tmp_path) -> None:
+    """TorchRL's `pre_collect_hook` / `post_collect_hook` attributes: None by default,
+    settable between batches; `enable_profile` installs the profiler as the post hook (the
+    user's still runs), `disable_profile` puts the user's back. Side by side with TorchRL."""
+    from torchrl.collectors import Collector as TorchRLCollector
+
+    def counts(collector_class: type) -> tuple[int, int, int]:
+        calls = {"pre": 0, "post": 0, "seen": 0}
+        collector = collector_class(
+            GymEnv("CartPole-v1"), None, frames_per_batch=8, total_frames=32
+        )
+        assert collector.pre_collect_hook is None
+        assert collector.post_collect_hook is None
+
+        def pre() -> None:
+            calls["pre"] += 1
+
+        def post(batch: TensorDictBase) -> None:
+            calls["post"] += 1
+
+        collector.pre_collect_hook, collector.post_collect_hook = pre, post
+        assert collector.pre_collect_hook is pre
+        assert collector.post_collect_hook is post
+        collector.enable_profile(
+            num_rollouts=2, warmup_rollouts=1, save_path=tmp_path / "t{worker_idx}.json"
+        )
+        assert collector.post_collect_hook is not post
+        calls["seen"] = sum(1 for _ in collector)
+        collector.disable_profile()
+        assert collector.post_collect_hook is post
+        collector.post_collect_hook = None
+        assert collector.post_collect_hook is None
+        collector.shutdown()
+        return calls["pre"], calls["post"], calls["seen"]
+
+    ours = counts(Collector)
+    assert ours == (4, 4, 4)
+    assert (tmp_path / "t0.json").stat().st_size > 0
+    (tmp_path / "t0.json").unlink()
+    from torchrl.envs import GymEnv as TorchRLGymEnv
+
+    theirs: list[int] = []
+    collector = TorchRLCollector(
+        TorchRLGymEnv("CartPole-v1"), None, frames_per_batch=8, total_frames=32
+    )
+    assert collector.pre_collect_hook is None
+    assert collector.post_collect_hook is None
+    collector.post_collect_hook = lambda batch: theirs.append(batch.numel())
+    list(collector)
+    collector.shutdown()
+    assert len(theirs) == ours[1]
+    with pytest.raises(TypeError, match=r"post_collect_hook must be a callable"):
+        Collector("CartPole-v1", None, frames_per_batch=8).post_collect_hook = 3
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,88 @@
+"""What TorchRL's own collector test-file checks of a single-process `Collector`, guarded here
+(CI cannot reach that file): each behaviour side by side with TorchRL's `Collector`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchrl.collectors import Collector as TorchRLCollector
+from torchrl.envs import EnvCreator, InitTracker, TransformedEnv
+from torchrl.envs import GymEnv as TorchRLGymEnv
+from torchrl.modules import RandomPolicy
+
+from rlcollect import Collector
+
+
+def cartpole_with_init_tracker() -> TransformedEnv:
+    return TransformedEnv(TorchRLGymEnv("CartPole-v1"), InitTracker())
+
+
+def test_an_env_creator_is_an_env_maker() -> None:
+    """TorchRL's `EnvCreator` is called like any env maker (it used to be taken for an env
+    instance because its class lives in `torchrl.*`)."""
+    maker = EnvCreator(lambda: TorchRLGymEnv("CartPole-v1"))
+    ours = Collector(maker, None, frames_per_batch=10, total_frames=10)
+    theirs = TorchRLCollector(maker, None, frames_per_batch=10, total_frames=10)
+    (batch,), (reference,) = list(ours), list(theirs)
+    ours.shutdown()
+    theirs.shutdown()
+    assert batch.batch_size == reference.batch_size == torch.Size([10])
+    assert set(batch.keys(True, True)) == set(reference.keys(True, True))
+
+
+@pytest.mark.parametrize("split_trajs", [False, True])
+def test_fake_tensordict_is_keyed_and_shaped_as_a_real_batch(split_trajs: bool) -> None:
+    """`fake_tensordict()`: zeros with a real batch's keys, shape, names and dtypes, without
+    stepping the env or calling the post-collect hook; TorchRL's has the same keys."""
+    hooked: list[int] = []
+    options = {"frames_per_batch": 20, "total_frames": 20, "split_trajs": split_trajs}
+    env = cartpole_with_init_tracker()
+    collector = Collector(
+        cartpole_with_init_tracker,
+        RandomPolicy(env.action_spec),
+        post_collect_hook=lambda batch: hooked.append(batch.numel()),
+        **options,
+    )
+    fake = collector.fake_tensordict()
+    assert hooked == []
+    assert collector.frames == 0
+    real = next(iter(collector))
+    collector.shutdown()
+    if not split_trajs:  # a split batch's shape depends on where episodes end
+        assert fake.batch_size == real.batch_size
+        assert fake.names == real.names
+    assert set(fake.keys(True, True)) == set(real.keys(True, True))
+    for key, value in fake.items(True, True):
+        assert value.dtype == real.get(key).dtype, key
+        if key != ("collector", "mask"):  # split_trajs marks the (zero) steps it kept
+            assert not value.any(), key
+    theirs = TorchRLCollector(cartpole_with_init_tracker, RandomPolicy(env.action_spec), **options)
+    reference = theirs.fake_tensordict()
+    theirs.shutdown()
+    assert set(fake.keys(True, True)) == set(reference.keys(True, True))
+
+
+def test_get_distant_attr_and_map_fn_as_torchrl() -> None:
+    results = []
+    for collector_class in (Collector, TorchRLCollector):
+        collector = collector_class(
+            lambda: TorchRLGymEnv("CartPole-v1"),
+            None,
+            frames_per_batch=16,
+            total_frames=16,
+            worker_idx=5,
+        )
+        results.append(
+            (
+                collector.get_distant_attr("worker_idx"),
+                collector.map_fn(
+                    "get_distant_attr", list_of_args=[("worker_idx",), ("frames_per_batch",)]
+                ),
+            )
+        )
+        with pytest.raises(ValueError, match="same length"):
+            collector.map_fn(
+                "get_distant_attr", list_of_args=[("worker_idx",)], list_of_kwargs=[{}, {}]
+            )
+        collector.shutdown()
+    assert results[0] == results[1] == (5, [5, 16])
