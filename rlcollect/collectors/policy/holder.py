@@ -18,10 +18,15 @@ from rlcollect.collectors.policy.recurrent_state import policy_state_keys
 from rlcollect.collectors.policy.resolve import (
     extra_output_keys,
     policy_grad_mode,
-    policy_outputs,
+    probe_outputs,
     resolve_policy,
 )
-from rlcollect.collectors.policy.steps import DictStep, ModuleStep, is_fast_module
+from rlcollect.collectors.policy.steps import (
+    DictStep,
+    MissingActionStep,
+    ModuleStep,
+    is_fast_module,
+)
 from rlcollect.collectors.policy.weights import policy_by_id
 
 NestedKey = str | tuple[str, ...]
@@ -81,6 +86,8 @@ class PolicyHolder:
             resolved = copy.deepcopy(resolved).to(device)
         self.module = resolved
         self.acceleration = acceleration or PolicyAcceleration()
+        # What to raise at the first step when the probe call wrote no action (see step_on).
+        self.missing_action: str | None = None
         self._accelerated: dict[int, tuple[Any, Any]] = {}  # id -> (callable, what it wraps)
 
     def accelerated(self, policy: Any) -> Any:
@@ -164,13 +171,17 @@ class PolicyHolder:
     ) -> tuple[TensorDictBase | None, list[NestedKey], list[tuple[str, ...]]]:
         """The policy's outputs on `root` (a real first observation of `env`), its output
         keys and the recurrent state keys the collector carries for it (random actions: no
-        outputs, the env's action keys)."""
+        outputs, the env's action keys).
+
+        A policy that writes no action is accepted here, as TorchRL's collector accepts it
+        (an env transform of the user's may need to be added first, see
+        `auto_register_policy_transforms`); collecting with it raises (`step_on`)."""
         action_keys = list(env.action_keys)
         if self.module is None:
             return None, action_keys, []
         root = root.exclude(keys.NEXT, *action_keys).to(self.device)
         self.name_extra_outputs(root)
-        outputs = policy_outputs(self.module, root, action_keys)
+        outputs, self.missing_action = probe_outputs(self.module, root, action_keys)
         output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
         return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys)
 
@@ -181,12 +192,15 @@ class PolicyHolder:
         output_keys: Sequence[NestedKey],
         carrier_device: torch.device,
         inference_mode: bool,
-    ) -> ModuleStep | DictStep | None:
+    ) -> ModuleStep | DictStep | MissingActionStep | None:
         """The per-step callable running the policy on `carrier`'s views (None for random
         actions): the tensor fast path when the module reads and writes only tensors of the
-        carrier, else the TensorDict path; under `torch.inference_mode` when allowed."""
+        carrier, else the TensorDict path; under `torch.inference_mode` when allowed. For a
+        policy that writes no action, one that raises a `KeyError` saying so."""
         if self.module is None:
             return None
+        if self.missing_action is not None:
+            return MissingActionStep(self.missing_action)
         policy_device = self.device if self.device != carrier_device else None
         module = self.module
         grad_mode = policy_grad_mode(inference_mode, module)

@@ -19,6 +19,8 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 from rlcollect import keys
+from rlcollect.envs.base import EnvBase
+from rlcollect.envs.torchrl_env import TorchRLEnv
 
 NestedKey = str | tuple[str, ...]
 _DICT_ARGUMENT_NAMES = ("tensordict", "td")
@@ -54,10 +56,13 @@ def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> 
         return [keys.plain_key(by_leaf[name]) for name in names]
     if len(names) == 1 and len(observation_keys) == 1:
         return list(observation_keys)
+    unknown = [name for name in names if name not in roots and name not in by_leaf]
+    lacking = f" (nothing for {unknown})" if unknown else ""
     raise TypeError(
-        f"cannot wrap policy {type(module).__name__}: its forward arguments {names} do not match "
-        f"the env's observation keys {list(observation_keys)}. Name the forward arguments after "
-        "the observation keys, or wrap it yourself: TensorDictModule(policy, "
+        "Arguments to policy.forward are incompatible with entries in the env's observations: "
+        f"failed to wrap the policy {type(module).__name__}, whose forward takes {names}, "
+        f"when the env writes {list(observation_keys)}{lacking}. Name the forward arguments "
+        "after the observation keys, or wrap it yourself: TensorDictModule(policy, "
         "in_keys=[...], out_keys=['action'])."
     )
 
@@ -70,6 +75,21 @@ def is_unset_random_policy(policy: Any) -> bool:
         and type(policy).__module__.startswith("torchrl.")
         and getattr(policy, "action_spec", ...) is None
     )
+
+
+def lend_action_spec(policy: Any, env: Any) -> None:
+    """Give TorchRL's `RandomPolicy()` built without an action spec the env's, as TorchRL's
+    collector does (the user's instance changes: `policy.action_spec` is then set).
+
+    Only a TorchRL env's spec is lent (the policy draws from TorchRL specs); the collector
+    draws the random actions itself either way (`resolve_policy` returns None for it).
+    """
+    if not is_unset_random_policy(policy):
+        return
+    while not isinstance(env, TorchRLEnv) and isinstance(getattr(env, "env", None), EnvBase):
+        env = env.env  # through our wrappers (a step limit, transforms)
+    if isinstance(env, TorchRLEnv):
+        policy.set_action_spec_from_env(env.env)
 
 
 def warn_if_action_misfits(
@@ -125,23 +145,39 @@ def resolve_policy(
     )
 
 
-def policy_outputs(
+def probe_outputs(
     policy: Any, root: TensorDictBase, action_keys: Sequence[NestedKey] = (keys.ACTION,)
-) -> TensorDictBase:
-    """Run the policy once on a prototype root and return the entries it produced."""
+) -> tuple[TensorDictBase, str | None]:
+    """Run the policy once on a prototype root: the entries it produced, and what to say
+    when it wrote none of the env's action key(s) (None when it wrote them all)."""
     before = set(root.keys(include_nested=True, leaves_only=True))
     with torch.no_grad():
         result = policy(root.clone())
     present = result.keys(include_nested=True, leaves_only=True)
     produced = [key for key in present if key not in before or key in action_keys]
     missing = [key for key in action_keys if key not in present]
+    problem = None
     if missing:
-        raise ValueError(
+        problem = (
             f"the policy must write the env's action key(s) {list(action_keys)} into the "
             f"TensorDict; it produced {produced} and not {missing}. Set out_keys="
             f"{list(action_keys)} (and any other outputs) on the TensorDictModule."
         )
-    return result.select(*produced)
+    return result.select(*produced), problem
+
+
+def policy_outputs(
+    policy: Any, root: TensorDictBase, action_keys: Sequence[NestedKey] = (keys.ACTION,)
+) -> TensorDictBase:
+    """Run the policy once on a prototype root and return the entries it produced.
+
+    Raises:
+        ValueError: when it did not write the env's action key(s), naming them.
+    """
+    outputs, problem = probe_outputs(policy, root, action_keys)
+    if problem is not None:
+        raise ValueError(problem)
+    return outputs
 
 
 def extra_output_keys(module: TensorDictModule, root: TensorDictBase) -> list[str]:

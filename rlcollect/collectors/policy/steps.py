@@ -4,7 +4,8 @@
 * `ModuleStep` is the fast path for a `TensorDictModule` around a plain module: its in/out keys
   are resolved once, and each step calls the module on tensor views and copies its outputs into
   the carrier, with no TensorDict built;
-* `DictStep` is the general fallback for any `td -> td` policy.
+* `DictStep` is the general fallback for any `td -> td` policy;
+* `MissingActionStep` stands for a policy that writes no action: it raises when called.
 """
 
 from __future__ import annotations
@@ -122,6 +123,17 @@ class DictStep:
             result = self._policy(request)
         for key in self._output_keys:
             frame.get(key).copy_(result.get(key))
+
+
+class MissingActionStep:
+    """A policy that writes no action (TorchRL's collector is built with it and fails at its
+    first step): each call raises the `KeyError` TorchRL's env step raises, with `problem`."""
+
+    def __init__(self, problem: str) -> None:
+        self._problem = problem
+
+    def __call__(self, t: int) -> None:
+        raise KeyError(self._problem)
 
 
 def is_fast_module(policy: Any) -> bool:

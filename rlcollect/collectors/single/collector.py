@@ -26,7 +26,7 @@ from rlcollect.collectors.policy.acceleration import PolicyAcceleration
 from rlcollect.collectors.policy.env_transforms import register_policy_transforms
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
-from rlcollect.collectors.policy.resolve import warn_if_action_misfits
+from rlcollect.collectors.policy.resolve import lend_action_spec, warn_if_action_misfits
 from rlcollect.collectors.rollout import (
     BatchAbandonedError,
     LoopFlags,
@@ -118,10 +118,12 @@ class Collector(CollectorControl):
             initialised where it is first written (TorchRL 0.14 forces True).
         weight_updater: TorchRL's legacy updater is refused (only None is accepted); use
             `update_policy_weights_()`, and `weight_sync_schemes` on collectors with workers.
-        auto_register_policy_transforms: True adds an `InitTracker` to the env when the
-            policy reads `"is_init"` and the env does not write it (a recurrent policy); no
-            state primer is needed, the collector carries the state. None or False leave the
-            env as it is, and a policy missing its flag is refused at construction.
+        auto_register_policy_transforms: True appends what a recurrent policy needs and the
+            env lacks: on a TorchRL env, TorchRL's `InitTracker` and the policy's state
+            primers; on ours, our `InitTracker` (the collector carries the state itself).
+            None (TorchRL 0.14's default) and False leave the env as it is (None warns, with
+            a `FutureWarning`, when something would be added); a policy reading an
+            `"is_init"` the env lacks is then refused with a `KeyError`.
         batch_mode: RLlib's "truncate_episodes" (default: fixed-size batches) or
             "complete_episodes": batches of whole episodes, at least `frames_per_batch`
             frames, flat `[frames]` (see `collectors/sampling/whole_episodes.py` for the layout).
@@ -369,6 +371,7 @@ class Collector(CollectorControl):
         self.policy = PolicyHolder(
             policy, observation_keys, self.devices.policy, action_keys, acceleration
         )
+        lend_action_spec(policy, self.env)  # after: the holder draws random actions for it
         self.layout = CarrierLayout.build(
             self.env,
             self.policy,

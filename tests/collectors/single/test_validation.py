@@ -44,11 +44,13 @@ def test_replay_buffer_needs_extend() -> None:
 
 
 def test_policy_without_action_names_its_outputs() -> None:
+    """Built as TorchRL builds it (a transform may be added for it); collecting fails."""
     policy = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])
+    collector = Collector("CartPole-v1", policy, frames_per_batch=10)
     with pytest.raises(
-        ValueError, match=r"must write the env's action key\(s\) \['action'\].*\['logits'\]"
+        KeyError, match=r"must write the env's action key\(s\) \['action'\].*\['logits'\]"
     ):
-        Collector("CartPole-v1", policy, frames_per_batch=10)
+        collector.next()
 
 
 def test_unwrappable_policy_says_how_to_wrap() -> None:
