@@ -3,7 +3,6 @@ Hydra starts (one per choice of a sweep), for checks that must come before any w
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Iterable, Sequence
 
@@ -68,6 +67,21 @@ def compose_or_none(config_name: str, overrides: list[str]) -> DictConfig | None
         return None
 
 
+def sweeper_params(parser: OverridesParser, run: DictConfig) -> list[Override]:
+    """The sweeper's parameters in `run` (`hydra.sweeper.params`) as overrides; none when
+    they do not parse (the sweeper says why)."""
+    params = OmegaConf.select(
+        run, "hydra.sweeper.params", default=None, throw_on_resolution_failure=False
+    )
+    if not isinstance(params, DictConfig):
+        return []
+    lines = [f"{key}={value}" for key, value in params.items_ex(resolve=False)]
+    try:
+        return parser.parse_overrides(lines)
+    except HydraException:
+        return []
+
+
 def composed_runs(config_name: str, arguments: Sequence[str]) -> list[DictConfig]:
     """The configs `arguments` (Hydra's command line after the script) compose: the run
     itself, then one per value of each choice sweep, from the command line or the config's
@@ -87,8 +101,6 @@ def composed_runs(config_name: str, arguments: Sequence[str]) -> list[DictConfig
         run = compose_or_none(config_name, fixed)
         if run is None:
             return []
-        params = OmegaConf.select(run, "hydra.sweeper.params", default=None) or {}
-        with contextlib.suppress(HydraException):  # the sweeper reports its own parameters
-            parsed += parser.parse_overrides([f"{key}={value}" for key, value in params.items()])
+        parsed += sweeper_params(parser, run)
         sweeps = (compose_or_none(config_name, [*fixed, o]) for o in choice_overrides(parsed))
         return [run, *(sweep for sweep in sweeps if sweep is not None)]

@@ -129,6 +129,12 @@ def _mujoco_id(env_id: Any) -> bool:
     return isinstance(entry_point, str) and entry_point.startswith(MUJOCO_ENTRY_POINT)
 
 
+def _setting(cfg: DictConfig, key: str) -> Any:
+    """The value at `key`; None when it is missing or does not resolve (the run's own
+    checks name the key)."""
+    return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+
+
 def config_needs(cfg: DictConfig, choices: Mapping[str, Any]) -> list[Need]:
     """The optional modules a run of `cfg` (the job's config, without `hydra`) imports,
     whatever the run does first; `choices` are Hydra's config group choices
@@ -139,7 +145,7 @@ def config_needs(cfg: DictConfig, choices: Mapping[str, Any]) -> list[Need]:
         Need(f"hydra/sweeper={sweeper}", module, "no sweep, or Hydra's basic sweeper")
         for module in SWEEPERS.get(str(sweeper), ())
     ]
-    if OmegaConf.select(cfg, "video.enabled", default=False) is True:
+    if _setting(cfg, "video.enabled") is True:
         needs.append(Need("video.enabled=true", "moviepy", "video.enabled=false"))
     runs_on_envpool = False
     # Unresolved: a node that copies another (`make_single: ${env.make.create_env_fn}`) is
@@ -148,7 +154,7 @@ def config_needs(cfg: DictConfig, choices: Mapping[str, Any]) -> list[Need]:
         modules, instead = target_needs(target)
         runs_on_envpool = runs_on_envpool or "envpool" in modules
         needs += [Need(_option(key, target, choices), module, instead) for module in modules]
-    env_id = OmegaConf.select(cfg, "env.id", default=None)
+    env_id = _setting(cfg, "env.id")
     if not runs_on_envpool and _mujoco_id(env_id):
         needs.append(Need(f"env.id={env_id} (a MuJoCo env)", "mujoco", "e.g. env=pendulum"))
     return needs
@@ -195,9 +201,9 @@ def check_needs(needs: Sequence[Need]) -> None:
         SystemExit: `missing extra: ...` naming every option whose module is missing.
     """
     errors = {module: import_error(module) for module in dict.fromkeys(n.module for n in needs)}
-    missing = [(need, errors[need.module]) for need in needs if errors[need.module]]
+    missing = [(need, error) for need in needs if (error := errors[need.module]) is not None]
     if missing:
-        raise SystemExit(missing_message(missing))  # type: ignore[arg-type]
+        raise SystemExit(missing_message(missing))
 
 
 def check_extras(config_name: str, arguments: Sequence[str]) -> None:
