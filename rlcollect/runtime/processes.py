@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from rlcollect.errors import WorkerError, WorkerRaisedError, WorkerTimeoutError
+from rlcollect.runtime.exits import exit_promptly_on_interrupt
 
 HEADER = struct.Struct("<Bq")
 OK = b"\x00"
@@ -37,8 +38,9 @@ ERROR = b"\x01"
 # How often a waiting parent checks that a silent worker is still alive (seconds).
 LIVENESS_INTERVAL = 0.5
 # Modules every worker process needs; the fork server imports them once, so each worker is
-# forked torch-ready in milliseconds instead of importing torch for seconds.
-PRELOADED_MODULES = ["rlcollect"]
+# forked torch-ready in milliseconds instead of importing torch for seconds. `exits` first: it
+# lets the server end at once when its parent does (see rlcollect.runtime.exits).
+PRELOADED_MODULES = ["rlcollect.runtime.exits", "rlcollect"]
 
 
 def encode(command: int, argument: int = 0, payload: bytes = b"") -> bytes:
@@ -193,6 +195,7 @@ class WorkerHandle:
         describe: Callable[[bytes], str] = repr,
     ) -> None:
         refuse_while_importing_main(name)
+        exit_promptly_on_interrupt()
         self.index = index
         self.describe = describe
         parent_end, child_end = context.Pipe(duplex=True)

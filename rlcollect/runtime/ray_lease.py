@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from rlcollect.runtime.exits import exit_promptly_on_interrupt
+
 INSTALL_HINT = "pip install 'rlcollect[ray]'"
 
 
@@ -82,6 +84,7 @@ class RayLease:
         """Hold Ray, calling `ray.init(**ray_init_config)` first when it is not initialised."""
         ray = require_ray("RayLease")
         config = check_init_config(ray_init_config)
+        exit_promptly_on_interrupt()
         with cls._lock:
             if not ray.is_initialized():
                 ray.init(**config)

@@ -211,7 +211,17 @@ class ActorFleet:
     def first(self, calls: Sequence[Call]) -> tuple[Call, Any]:
         """The first of `calls` to finish and its result. A call lost with a dead actor waits
         (without holding the others up) for the actor to come back, is sent again once the
-        collector restored it, and is waited for again."""
+        collector restored it, and is waited for again. Ctrl-C while waiting ends every actor
+        at once (a batch in flight is abandoned) and shuts the collector down, as a failure
+        does, before the `KeyboardInterrupt` goes on."""
+        try:
+            return self._first(calls)
+        except KeyboardInterrupt:
+            self.close(graceful=False)
+            self.on_failure()
+            raise
+
+    def _first(self, calls: Sequence[Call]) -> tuple[Call, Any]:
         while True:
             now = time.monotonic()
             for call in calls:

@@ -1,0 +1,71 @@
+"""Prompt exits: a process that Ctrl-C ends skips its last collections; the fork server ends
+with its parent without the interpreter's teardown."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import pytest
+
+from rlcollect.runtime import exits
+from rlcollect.runtime.processes import OK, WorkerHandle, worker_context
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+# An atexit handler registered before the hook runs after it (last in, first out): it sees
+# whether the hook froze the objects.
+ENDING = """
+    import atexit, gc, sys
+    atexit.register(lambda: print("frozen", gc.get_freeze_count() > 0, flush=True))
+    from rlcollect.runtime.exits import exit_promptly_on_interrupt
+    exit_promptly_on_interrupt()
+    exit_promptly_on_interrupt()  # once per process
+    {ending}
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("ending", "frozen"),
+    [
+        ("import os, signal; os.kill(os.getpid(), signal.SIGINT)", True),
+        ("sys.exit(0)", False),
+        ("raise ValueError('not an interrupt')", False),
+    ],
+)
+def test_only_a_process_ended_by_ctrl_c_skips_its_last_collections(
+    ending: str, frozen: bool
+) -> None:
+    script = textwrap.dedent(ENDING).replace("{ending}", ending)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPOSITORY, timeout=100
+    )
+    assert done.stdout.split() == ["frozen", str(frozen)], done.stderr[-2000:]
+
+
+def report_fork_server_state(index: int, connection: Connection) -> None:
+    """A worker's target: whether the fork server it came from armed its prompt exit, and
+    whether the worker itself passes for a fork server."""
+    state = (exits.LOADED_BY_FORK_SERVER, exits.in_fork_server_preload())
+    connection.send_bytes(OK + pickle.dumps(state))
+    connection.recv_bytes()  # until told to close
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_the_fork_server_arms_its_prompt_exit_and_its_workers_do_not_pass_for_one() -> None:
+    handle = WorkerHandle(
+        0, worker_context("forkserver"), report_fork_server_state, name="exits-probe"
+    )
+    try:
+        loaded_by_server, in_preload = pickle.loads(handle.receive(timeout=90))
+    finally:
+        handle.request_close(b"close")
+        handle.finish(timeout=5)
+    assert loaded_by_server, "the fork server did not arm its prompt exit"
+    assert not in_preload, "a worker took itself for the fork server"
+    assert not exits.LOADED_BY_FORK_SERVER, "this process took itself for a fork server"
