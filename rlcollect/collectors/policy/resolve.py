@@ -61,9 +61,9 @@ def _match_in_keys(module: nn.Module, observation_keys: Sequence[NestedKey]) -> 
     raise TypeError(
         "Arguments to policy.forward are incompatible with entries in the env's observations: "
         f"failed to wrap the policy {type(module).__name__}, whose forward takes {names}, "
-        f"when the env writes {list(observation_keys)}{lacking}. Name the forward arguments "
-        "after the observation keys, or wrap it yourself: TensorDictModule(policy, "
-        "in_keys=[...], out_keys=['action'])."
+        f"when the env writes {[keys.plain_key(key) for key in observation_keys]}{lacking}. "
+        "Name the forward arguments after the observation keys, or wrap it yourself: "
+        "TensorDictModule(policy, in_keys=[...], out_keys=['action'])."
     )
 
 
