@@ -51,9 +51,17 @@ def freeze_running_statistics(env: Any) -> Any:
 
 def dump_recordings(env: Any, step: int) -> None:
     """Tell every recording transform of `env` (TorchRL's `VideoRecorder`: a `dump()`
-    method) to write what it recorded, at logging step `step`. A `Compose` forwards the call
-    to its transforms itself, so only the outermost transforms are called."""
+    method) to write what it recorded, at logging step `step`. A chain with a `dump()` of its
+    own (TorchRL's `Compose`) forwards the call itself; ours is opened."""
     for layer in transformed_layers(env):
-        dump = getattr(layer.transform, "dump", None)
-        if callable(dump):
+        for dump in _dumps(layer.transform):
             dump(step=step)
+
+
+def _dumps(transform: Any) -> Iterator[Any]:
+    dump = getattr(transform, "dump", None)
+    if callable(dump):
+        yield dump
+    elif type(transform).__name__ == "Compose":
+        for inner in transform:
+            yield from _dumps(inner)

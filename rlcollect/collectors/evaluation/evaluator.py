@@ -85,7 +85,9 @@ class Evaluator:
         num_trajectories: whole episodes per evaluation.
         max_steps: steps after which an episode is truncated (None: until done); an env that
             counts steps itself (a `StepCounter`) keeps its own limit.
-        frames_per_batch: env frames per internal batch (default `max_steps`, else 1000).
+        frames_per_batch: env frames per internal batch (default: `min(max_steps, 64)` steps
+            of every sub-env); an evaluation stops at the end of the batch in which its last
+            episode ends.
         collector_cls: None or `"Collector"` / `Collector`: evaluations run our `Collector`.
         collector_kwargs: other `Collector` options; `traj_format` ("padded", "cat") lays
             out the episodes `metrics_fn` receives.

@@ -25,6 +25,7 @@ from rlcollect.collectors.evaluation.env_transforms import (
 )
 from rlcollect.collectors.evaluation.metrics import custom_metrics, episode_metrics
 from rlcollect.collectors.evaluation.settings import EvaluationSettings, build_policy, is_env
+from rlcollect.collectors.policy.weights import validated_weights
 from rlcollect.collectors.single.collector import Collector
 from rlcollect.collectors.weights.schemes import POLICY_MODEL_ID
 from rlcollect.transforms.split import split_trajectories
@@ -43,11 +44,6 @@ class StopSignal:
 
     def collection_stopped(self) -> bool:
         return self.stop()
-
-
-def has_weights(policy: Any) -> bool:
-    """Whether `policy` is a module with weights an update can load."""
-    return isinstance(policy, nn.Module) and bool(policy.state_dict())
 
 
 def counts_steps(env: Any) -> bool:
@@ -74,7 +70,7 @@ class EpisodeRunner:
         self.collector = Collector(
             env,
             policy,
-            frames_per_batch=settings.frames_per_batch,
+            frames_per_batch=settings.frames_per_batch_for(env),
             max_frames_per_traj=None if counts_steps(env) else settings.max_steps,
             exploration_type=settings.exploration_type,
             interruptor=self.signal,
@@ -105,13 +101,18 @@ class EpisodeRunner:
         Raises:
             TypeError: weights for a policy that is no module with weights.
         """
-        if POLICY_MODEL_ID in weights and not has_weights(self.policy):
-            raise TypeError(
-                f"weights were given, but the evaluation policy ({type(self.policy).__name__}) "
-                "has none to load: loading weights requires an nn.Module policy with "
-                "parameters or buffers. Leave weights out, or evaluate a module."
-            )
-        self.collector.update_policy_weights_(weights_dict=dict(weights))
+        weights = dict(weights)
+        if POLICY_MODEL_ID in weights:
+            template = self.policy_state()
+            if not template:
+                raise TypeError(
+                    f"weights were given, but the evaluation policy "
+                    f"({type(self.policy).__name__}) has none to load: loading weights "
+                    "requires an nn.Module policy with parameters or buffers. Leave weights "
+                    "out, or evaluate a module."
+                )
+            weights[POLICY_MODEL_ID] = validated_weights(weights[POLICY_MODEL_ID], template)
+        self.collector.update_policy_weights_(weights_dict=weights)
 
     def run(
         self,

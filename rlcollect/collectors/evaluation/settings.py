@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from tensordict.nn import InteractionType
 
 from rlcollect import keys
@@ -18,8 +19,9 @@ from rlcollect.envs.base import EnvBase
 from rlcollect.envs.torchrl_env import is_torchrl_env
 
 NestedKey = str | tuple[str, ...]
-# frames_per_batch when neither it nor max_steps is given (TorchRL's).
-DEFAULT_FRAMES_PER_BATCH = 1000
+# Steps per sub-env of an internal batch when frames_per_batch is not given: an evaluation
+# collects whole batches, so it stops at most this many steps after its last episode ends.
+DEFAULT_STEPS_PER_BATCH = 64
 # Options of the internal collector that the evaluator sets itself.
 OWN_COLLECTOR_OPTIONS = (
     "frames_per_batch",
@@ -79,7 +81,7 @@ class EvaluationSettings:
 
     num_trajectories: int = 10
     max_steps: int | None = None
-    frames_per_batch: int = DEFAULT_FRAMES_PER_BATCH
+    frames_per_batch: int | None = None  # None: see `steps_per_batch`
     exploration_type: InteractionType = InteractionType.DETERMINISTIC
     collector_kwargs: dict[str, Any] = field(default_factory=dict)
     traj_format: str = "padded"
@@ -127,7 +129,7 @@ class EvaluationSettings:
         return cls(
             num_trajectories=num_trajectories,
             max_steps=max_steps,
-            frames_per_batch=frames or max_steps or DEFAULT_FRAMES_PER_BATCH,
+            frames_per_batch=frames,
             exploration_type=InteractionType(exploration_type),
             collector_kwargs=options,
             traj_format=traj_format,
@@ -136,6 +138,15 @@ class EvaluationSettings:
             metrics_fn=metrics_fn,
             dump_video=bool(dump_video),
         )
+
+    def frames_per_batch_for(self, env: Any) -> int:
+        """The internal batch's frames for `env`: `frames_per_batch`, else
+        `min(max_steps, 64)` steps of every sub-env; rounded up to whole env steps."""
+        numel = max(1, torch.Size(env.batch_size).numel())
+        frames = self.frames_per_batch
+        if frames is None:
+            frames = min(self.max_steps or DEFAULT_STEPS_PER_BATCH, DEFAULT_STEPS_PER_BATCH) * numel
+        return -(-frames // numel) * numel
 
 
 def _end_keys(done_keys: NestedKey) -> tuple[NestedKey, ...]:
