@@ -156,7 +156,13 @@ def config_needs(cfg: DictConfig, choices: Mapping[str, Any]) -> list[Need]:
         needs += [Need(_option(key, target, choices), module, instead) for module in modules]
     env_id = _setting(cfg, "env.id")
     if not runs_on_envpool and _mujoco_id(env_id):
-        needs.append(Need(f"env.id={env_id} (a MuJoCo env)", "mujoco", "e.g. env=pendulum"))
+        needs.append(
+            Need(
+                f"env.id={env_id} (a MuJoCo env)",
+                "mujoco",
+                "a classic-control env, e.g. env=pendulum",
+            )
+        )
     return needs
 
 
