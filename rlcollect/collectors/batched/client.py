@@ -72,8 +72,10 @@ class ServerClient(nn.Module):
         self._tag = (self._tag + 1) & 0xFFFF
         os.write(self._request_fd, REQUEST.pack(self.worker, self._tag))
         self._await_answer()
+        # Views of the response rows: the loop copies them into its batch before this worker
+        # asks again (the only time they change).
         return tuple(
-            slot.reshape((*batch_shape, *shape)).clone()
+            slot.reshape((*batch_shape, *shape))
             for slot, shape in zip(self._responses, self._response_shapes, strict=True)
         )
 

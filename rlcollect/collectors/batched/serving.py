@@ -33,6 +33,8 @@ from rlcollect.collectors.batched.slots import (
 )
 from rlcollect.keys import NestedName
 
+# Index tensors of sets of workers kept for reuse, at most.
+MAX_CACHED_INDICES = 4096
 # Bytes read from the request FIFO at once (a multiple of a record).
 READ_SIZE = REQUEST.size * 4096
 
@@ -146,6 +148,7 @@ class ServingLoop:
             open_fifo(layout.response_path(worker)) for worker in range(layout.num_workers)
         ]
         self._pending: list[tuple[int, int]] = []
+        self._indices: dict[tuple[int, ...], torch.Tensor] = {}
         self._stopping = False
 
     # --- requests ---------------------------------------------------------------------------
@@ -185,19 +188,28 @@ class ServingLoop:
             del self._pending[:workers_per_forward]
             self._serve(chosen)
 
-    def _serve(self, chosen: list[tuple[int, int]]) -> None:
+    def _rows(self, workers: tuple[int, ...]) -> slice | torch.Tensor:
+        """The rows of `workers` (sorted): a slice when they are consecutive (the policy then
+        reads the request rows in place), else an index tensor, made once per set."""
         per_worker = self.layout.envs_per_worker
-        rows = torch.tensor(
-            [worker * per_worker + env for worker, _ in chosen for env in range(per_worker)]
-        )
+        if workers[-1] - workers[0] == len(workers) - 1:
+            return slice(workers[0] * per_worker, (workers[-1] + 1) * per_worker)
+        rows = self._indices.get(workers)
+        if rows is None:
+            rows = torch.tensor(
+                [w * per_worker + env for w in workers for env in range(per_worker)]
+            )
+            if len(self._indices) < MAX_CACHED_INDICES:
+                self._indices[workers] = rows
+        return rows
+
+    def _serve(self, chosen: list[tuple[int, int]]) -> None:
+        chosen.sort()
+        rows = self._rows(tuple(worker for worker, _ in chosen))
         status = ANSWERED
         try:
             with self.lock:
-                outputs = self.call([table.index_select(0, rows) for table in self._requests])
-                for table, output in zip(self._responses, outputs, strict=True):
-                    table.index_copy_(0, rows, output.reshape(-1, *table.shape[1:]).to(table))
-                if self._versions is not None:
-                    self._versions.index_fill_(0, rows, self.policy_version)
+                self._forward(rows)
         except Exception as err:  # the workers are told; the collector raises it
             status = FAILED
             self.stats.failure = (
@@ -205,9 +217,24 @@ class ServingLoop:
             )
         self.stats.requests += len(chosen)
         self.stats.batches += 1
-        self.stats.rows += len(rows)
+        self.stats.rows += len(chosen) * self.layout.envs_per_worker
         for worker, tag in chosen:
             self.answer(worker, tag, status)
+
+    def _forward(self, rows: slice | torch.Tensor) -> None:
+        """Run the policy on `rows` of the requests; write its answers and the version."""
+        if isinstance(rows, slice):
+            outputs = self.call([table[rows] for table in self._requests])
+            for table, output in zip(self._responses, outputs, strict=True):
+                table[rows].copy_(output.reshape(table[rows].shape))
+            if self._versions is not None:
+                self._versions[rows].fill_(self.policy_version)
+            return
+        outputs = self.call([table.index_select(0, rows) for table in self._requests])
+        for table, output in zip(self._responses, outputs, strict=True):
+            table.index_copy_(0, rows, output.reshape(-1, *table.shape[1:]).to(table))
+        if self._versions is not None:
+            self._versions.index_fill_(0, rows, self.policy_version)
 
     def answer(self, worker: int, tag: int, status: int) -> None:
         os.write(self._response_fds[worker], RESPONSE.pack(tag, status))
@@ -235,8 +262,12 @@ class ServingLoop:
         self.fail_all_waiting()
 
     def close(self) -> None:
+        """Close the FIFOs and drop this process's mapping of the slots."""
         for fd in (self.request_fd, *self._response_fds):
             os.close(fd)
+        self._response_fds = []
+        self._requests, self._responses, self._versions = [], [], None
+        self._block = torch.empty(0, dtype=torch.uint8)
 
     # --- weights ----------------------------------------------------------------------------
 
@@ -248,7 +279,7 @@ class ServingLoop:
         """
         target = TensorDict.from_module(self.call.policy)
         check_weights(target, weights)
-        with self.lock:
+        with self.lock, torch.no_grad():
             target.update_(weights)
             self.policy_version = version
 
