@@ -110,6 +110,9 @@ class Evaluator:
         init_fn: called first in the worker process or actor ("thread" ignores it).
         num_gpus: GPUs of the Ray actor.
         ray_kwargs: other `ray.remote` options of the actor.
+        seed: ours: every evaluation seeds its env with it first (sub-env i gets `seed + i`),
+            so that evaluations of different weights play from the same first states and
+            their returns compare the weights (None: the env's generator goes on).
 
     Examples:
         >>> import torch
@@ -157,6 +160,7 @@ class Evaluator:
         init_fn: Callable[[], None] | None = None,
         num_gpus: float = 1,
         ray_kwargs: Mapping[str, Any] | None = None,
+        seed: int | None = None,
     ) -> None:
         _check_choice("backend", backend, BACKENDS)
         _check_choice("busy_policy", busy_policy, BUSY_POLICIES)
@@ -177,6 +181,7 @@ class Evaluator:
             done_keys=done_keys,
             metrics_fn=metrics_fn,
             dump_video=dump_video,
+            seed=seed,
         )
         self._log_prefix = log_prefix
         self._on_result = on_result

@@ -150,6 +150,8 @@ class EpisodeRunner:
         frames stepped and the seconds it took."""
         wanted = self.settings.num_trajectories
         joiner = EpisodeJoiner(end_keys=self.settings.end_keys)
+        if self.settings.seed is not None:  # the same first states every time
+            self.collector.set_seed(self.settings.seed)
         self.collector.reset()
         episodes: list[TensorDictBase] = []
         frames, start = 0, time.perf_counter()

@@ -89,6 +89,7 @@ class EvaluationSettings:
     end_keys: tuple[NestedKey, ...] = (keys.DONE, keys.TRUNCATED)
     metrics_fn: Callable[..., Mapping[str, Any]] | None = None
     dump_video: bool = True
+    seed: int | None = None
 
     @classmethod
     def validate(
@@ -103,6 +104,7 @@ class EvaluationSettings:
         done_keys: NestedKey,
         metrics_fn: Any,
         dump_video: bool,
+        seed: int | None = None,
     ) -> EvaluationSettings:
         """The settings of TorchRL's arguments, each checked (a ValueError or TypeError names
         the argument, the value and what is accepted)."""
@@ -110,6 +112,8 @@ class EvaluationSettings:
             raise ValueError("num_trajectories must be a positive integer; got None.")
         max_steps = _positive_or_none("max_steps", max_steps)
         frames = _positive_or_none("frames_per_batch", frames_per_batch)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None; got {seed!r}.")
         if metrics_fn is not None and not callable(metrics_fn):
             raise TypeError(f"metrics_fn must be a callable batch -> dict; got {metrics_fn!r}.")
         options = dict(collector_kwargs or {})
@@ -137,6 +141,7 @@ class EvaluationSettings:
             end_keys=_end_keys(done_keys),
             metrics_fn=metrics_fn,
             dump_video=bool(dump_video),
+            seed=seed,
         )
 
     def frames_per_batch_for(self, env: Any) -> int:
