@@ -73,8 +73,10 @@ class WorkerWatch:
 
 
 def _close_parts(server: Any, slots: SharedSlots) -> None:
-    server.close()
-    slots.close()
+    try:
+        server.close()
+    finally:
+        slots.close()
 
 
 class AsyncBatchedCollector(CollectorBase):
@@ -139,15 +141,21 @@ class AsyncBatchedCollector(CollectorBase):
         >>> import torch
         >>> from tensordict.nn import TensorDictModule
         >>> from rlcollect.collectors import AsyncBatchedCollector
-        >>> policy = TensorDictModule(
-        ...     lambda obs: (obs.sum(-1) > 0).long(), in_keys=["observation"], out_keys=["action"]
-        ... )
+        >>> def push_right(observation):
+        ...     return torch.nn.functional.one_hot(torch.ones_like(observation[..., 0]).long(), 2)
+        >>> policy = TensorDictModule(push_right, in_keys=["observation"], out_keys=["action"])
         >>> with AsyncBatchedCollector(
-        ...     ["CartPole-v1"] * 2, policy=policy, frames_per_batch=40, total_frames=80
+        ...     ["CartPole-v1"] * 2,
+        ...     policy=policy,
+        ...     frames_per_batch=40,
+        ...     total_frames=80,
+        ...     transition_chunk_size=20,
         ... ) as collector:
-        ...     shapes = [tuple(batch.shape) for batch in collector]
-        >>> shapes
-        [(2, 20), (2, 20)]
+        ...     batches = list(collector)
+        >>> [tuple(batch.shape) for batch in batches], batches[0].names
+        ([(2, 20), (2, 20)], [None, 'time'])
+        >>> int(batches[-1]["policy_version"].max()), collector.server_backend
+        (0, 'thread')
     """
 
     def __init__(

@@ -161,6 +161,9 @@ class SharedSlots:
             size,
             self.directory,
         )
+        # Mapped here while the collector lives: the block is never an unheld name in
+        # /dev/shm (which leak checks would take for a leak).
+        self.tables: Tables | None = self.layout.map()
         os.mkfifo(self.layout.request_path)
         for worker in range(self.layout.num_workers):
             os.mkfifo(self.layout.response_path(worker))
@@ -171,6 +174,7 @@ class SharedSlots:
         if self.closed:
             return
         self.closed = True
+        self.tables = None
         with contextlib.suppress(FileNotFoundError):
             self._block.unlink()
         shutil.rmtree(self.directory, ignore_errors=True)
