@@ -66,6 +66,9 @@ class DeviceSplit:
     env: torch.device
     policy: torch.device
     storing: torch.device
+    # Whether `storing_device` or `device` was given: batches then carry that device even
+    # when the env keeps none (a TorchRL env with device=None), as in TorchRL.
+    storing_is_explicit: bool = False
 
     @classmethod
     def resolve(
@@ -81,8 +84,9 @@ class DeviceSplit:
         own = canonical_device(torch.device(env_own_device))
         env = parse_device(env_device, "env_device") or common or own
         policy = parse_device(policy_device, "policy_device") or common or env
-        storing = parse_device(storing_device, "storing_device") or common or env
-        return cls(env=env, policy=policy, storing=storing)
+        explicit = parse_device(storing_device, "storing_device") or common
+        storing = explicit or env
+        return cls(env=env, policy=policy, storing=storing, storing_is_explicit=bool(explicit))
 
     @property
     def policy_crosses(self) -> bool:

@@ -113,6 +113,27 @@ def _check_compact(compact_obs: Any, store_obs_once: Any, return_same_td: bool) 
         )
 
 
+def _check_frame_by_frame(
+    extend_buffer: bool, postproc: Any, split_trajs: bool, store_obs_once: bool
+) -> None:
+    """With `extend_buffer=False` each step is written alone, so nothing that needs the
+    whole batch can run first (TorchRL refuses `postproc` and `split_trajs` likewise)."""
+    if extend_buffer:
+        return
+    needs_batch = {
+        "postproc": postproc is not None,
+        "split_trajs": bool(split_trajs),
+        "store_obs_once": bool(store_obs_once),
+    }
+    given = [name for name, is_set in needs_batch.items() if is_set]
+    if given:
+        raise TypeError(
+            f"{given[0]} must be None/False when a replay buffer is written frame by frame "
+            f"(extend_buffer=False): it needs the whole batch. Drop {given[0]}, or set "
+            "extend_buffer=True to write whole batches."
+        )
+
+
 @dataclass
 class CollectHook:
     """TorchRL's `post_collect_hook`: called with every finished batch, which passes on."""
@@ -122,6 +143,20 @@ class CollectHook:
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         self.hook(batch)
         return batch
+
+
+@dataclass
+class FrameByFrame:
+    """TorchRL's `extend_buffer=False`: every step of a batch goes to the buffer as an item
+    of its own (the env batch of that step), in time order, instead of one `extend` of the
+    batch. Written as a one-item `extend`, so a worker's counting view counts it too."""
+
+    buffer: Any
+
+    def extend(self, batch: TensorDictBase) -> None:
+        time_dim = batch.batch_dims - 1
+        for t in range(batch.shape[time_dim]):
+            self.buffer.extend(batch[(slice(None),) * time_dim + (t,)].unsqueeze(0))
 
 
 @dataclass
@@ -137,6 +172,8 @@ class BatchOptions:
     store_once_at_delivery: bool = False
     # compact_obs (TorchRL's): the ("next", <observation>) entries are left out of batches.
     drop_next_observations: bool = False
+    # What batches are written through: the buffer itself, or `FrameByFrame` over it.
+    buffer_writer: Any = None
 
     @classmethod
     def validate(
@@ -160,6 +197,7 @@ class BatchOptions:
         order (`store_obs_once` is ours: it loses nothing, so `postproc` sees the full batch)."""
         if replay_buffer is not None:
             cls._check_buffer(replay_buffer, return_same_td, extend_buffer)
+            _check_frame_by_frame(extend_buffer, postproc, split_trajs, store_obs_once)
         if weight_sync_schemes:
             raise ValueError(
                 "weight_sync_schemes is for collectors with children (multi-process, Ray); "
@@ -179,6 +217,7 @@ class BatchOptions:
         if compact_obs:  # TorchRL drops them at every step, before anything else sees the batch
             pipeline.insert(0, DropNextObservations())
         at_delivery = store_obs_once and not split_trajs and postproc is None
+        writer = replay_buffer if extend_buffer else FrameByFrame(replay_buffer)
         return cls(
             pipeline,
             replay_buffer,
@@ -187,6 +226,7 @@ class BatchOptions:
             schemes,
             at_delivery,
             compact_obs,
+            writer if replay_buffer is not None else None,
         )
 
     @staticmethod
@@ -234,11 +274,8 @@ class BatchOptions:
                 "return_same_td=True cannot be used with replay_buffer: the buffer would "
                 "receive the same TensorDict every batch. Drop one of the two."
             )
-        if not extend_buffer:
-            raise ValueError(
-                "extend_buffer=False (frame-by-frame writes) is not supported; batches are "
-                "written whole. Use extend_buffer=True."
-            )
+        if not isinstance(extend_buffer, bool):
+            raise TypeError(f"extend_buffer must be True or False; got {extend_buffer!r}.")
 
     @property
     def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:

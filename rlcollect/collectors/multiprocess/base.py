@@ -148,7 +148,8 @@ class MultiCollectorBase(MultiCollectorControl):
             store_obs_once=store_obs_once,
             return_same_td=return_same_td,
             replay_buffer=replay_buffer,
-            extend_buffer=True,
+            # checked here, used by the workers (they write the buffer)
+            extend_buffer=collector_options.get("extend_buffer", True),
             weight_sync_schemes=None,
             weight_recv_schemes=weight_recv_schemes,
         )

@@ -87,7 +87,9 @@ class Collector(CollectorControl):
             reset there; the next batch goes on from the same state under a new trajectory id
             (TorchRL keeps the old id), so that ids always agree with the done flags.
         replay_buffer: an object with `extend`; iteration extends it and yields None.
-        extend_buffer: must stay True (batches are written to the buffer whole).
+        extend_buffer: True (default) extends the buffer with whole batches; False (TorchRL's)
+            writes every step as an item of its own, in time order (no `postproc`,
+            `split_trajs` or `store_obs_once` then: they need the whole batch).
         track_policy_version: write `("next", "policy_version")` into every frame.
         weight_sync_schemes: not accepted: a single-process collector has no children.
         weight_recv_schemes: mapping of model id to a scheme whose `receive()` returns new
@@ -448,6 +450,8 @@ class Collector(CollectorControl):
             batch = batch.to(self.devices.storing)
         elif not self.options.return_same_td:
             batch = batch.clone()
+        if batch.device is None and self.devices.storing_is_explicit:
+            batch = batch.to(self.devices.storing)  # a device-less env's batch, device given
         return self.layout.with_extras(batch)
 
     def fake_tensordict(self) -> TensorDictBase:
@@ -548,11 +552,11 @@ class Collector(CollectorControl):
         self._collect(stop)
         try:
             if self._whole_episodes is None:
-                self.options.replay_buffer.extend(self._deliver())
+                self.options.buffer_writer.extend(self._deliver())
             else:
                 self._whole_episodes.add(self._raw_batch())
                 for run in self._whole_episodes.take_writes():
-                    self.options.replay_buffer.extend(self._process(run))
+                    self.options.buffer_writer.extend(self._process(run))
         except BaseException:
             # Not stored, so not counted; the next batch starts a new trajectory from a reset
             # rather than leaving a hole inside one.

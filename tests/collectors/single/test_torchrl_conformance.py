@@ -86,3 +86,48 @@ def test_get_distant_attr_and_map_fn_as_torchrl() -> None:
             )
         collector.shutdown()
     assert results[0] == results[1] == (5, [5, 16])
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_extend_buffer_false_writes_every_step_as_an_item(num_envs: int) -> None:
+    """TorchRL's `extend_buffer=False`: each step is one item of the buffer (its env batch),
+    in time order; as many items, of the same shape, as TorchRL's collector writes."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.envs import SerialEnv, StepCounter
+
+    def make_one() -> TransformedEnv:
+        return TransformedEnv(TorchRLGymEnv("CartPole-v1"), StepCounter())
+
+    def make_env() -> TransformedEnv | SerialEnv:
+        return make_one() if num_envs == 1 else SerialEnv(num_envs, make_one)
+
+    buffers = []
+    for collector_class in (Collector, TorchRLCollector):
+        buffer = ReplayBuffer(storage=LazyTensorStorage(64))
+        collector = collector_class(
+            make_env,
+            None,
+            frames_per_batch=16,
+            total_frames=32,
+            replay_buffer=buffer,
+            extend_buffer=False,
+        )
+        assert list(collector) == [None, None]
+        collector.shutdown()
+        buffers.append(buffer)
+    ours, theirs = (buffer[:] for buffer in buffers)
+    expected = torch.Size([32]) if num_envs == 1 else torch.Size([16, num_envs])
+    assert ours.batch_size == theirs.batch_size == expected
+    steps = ours["step_count"].reshape(32 // num_envs, num_envs)
+    # item i + 1 is the step after item i in each env, unless that env was reset in between
+    following = (steps[1:] == steps[:-1] + 1) | (steps[1:] == 0)
+    assert following.all()
+    with pytest.raises(TypeError, match=r"postproc must be None/False .* \(extend_buffer=False\)"):
+        Collector(
+            make_env,
+            None,
+            frames_per_batch=16,
+            replay_buffer=buffers[0],
+            extend_buffer=False,
+            postproc=lambda batch: batch,
+        )
