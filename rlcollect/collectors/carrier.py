@@ -18,6 +18,7 @@ from rlcollect import keys
 from rlcollect.batch.flags import end_flag_keys, end_of_trajectory
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.devices import DeviceSplit
+from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.recurrent_state import PolicyStateCarry
 from rlcollect.collectors.policy.steps import RandomStep
 from rlcollect.collectors.sampling.trajectory_views import TrajectoryViews
@@ -225,6 +226,14 @@ class CarrierLayout:
         return ended.reshape(self.env_numel, self.steps)
 
     # --- per-step parts -------------------------------------------------------------------------
+
+    def policy_step(
+        self, policy: PolicyHolder, inference_mode: bool
+    ) -> Callable[[int], None] | None:
+        """The per-step policy callable on this carrier (None for random actions)."""
+        return policy.step_on(
+            self.carrier, self.time_dim, self.output_keys, self.device, inference_mode
+        )
 
     def env_step(self, env: EnvBase) -> Callable[[int], None]:
         """The per-step env callable: step, advance, write the trajectory views (for the next

@@ -109,16 +109,7 @@ class RolloutLoop:
         self.env, self.layout, self.policy = env, layout, policy
         self.steps, self.stream, self.flags = steps, stream, flags
         self.random_step = layout.random_step(env)
-        self.policy_step = (
-            policy.step_on(
-                layout.carrier,
-                layout.time_dim,
-                layout.output_keys,
-                layout.device,
-                flags.inference_mode,
-            )
-            or self.random_step
-        )
+        self.policy_step = layout.policy_step(policy, flags.inference_mode) or self.random_step
         self.env_step = layout.env_step(env)
         if flags.interruptor is not None:
             self.env_step = interruptible(self.env_step, flags.interruptor)

@@ -10,6 +10,8 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlcollect import keys
 from rlcollect.envs.base import EnvBase
+from rlcollect.envs.carrier import CarrierViews
+from rlcollect.envs.step_stack import StepViews, is_step_stack
 
 
 def is_torchrl_env(env: Any) -> bool:
@@ -27,14 +29,15 @@ class TorchRLEnv(EnvBase):
     """Wraps a TorchRL env so that rlcollect collectors can drive it.
 
     The TorchRL env keeps its own specs; its buffer face is derived from its TensorDict face
-    through carrier views, so it is slower than a native env but exact.
+    through carrier views, so it is slower than a native env but exact. An env whose entries
+    cannot share one buffer (`fits_one_buffer` False: heterogeneous agents, dynamic specs)
+    runs over a carrier stacked lazily over time, one TensorDict a step (`envs/step_stack.py`).
 
     Args:
         env: a `torchrl.envs.EnvBase` instance.
     """
 
     def __init__(self, env: Any) -> None:
-        refuse_unsupported_layouts(env)
         super().__init__(env.batch_size, env.device or "cpu")
         self.env = env
         self.observation_spec = env.observation_spec
@@ -53,6 +56,26 @@ class TorchRLEnv(EnvBase):
     def observation_keys(self) -> list[tuple[str, ...]]:
         found = self.env.observation_spec.keys(include_nested=True, leaves_only=True)
         return [key if isinstance(key, tuple) else (key,) for key in found]
+
+    @property
+    def ragged_keys(self) -> list[tuple[str, ...]]:
+        """The entries that cannot share one buffer over the sub-envs and steps: lazily
+        stacked (heterogeneous) specs, and specs with a dynamic (-1) dim."""
+        env = self.env
+        specs = (env.full_observation_spec, env.full_action_spec, env.full_done_spec)
+        return [key for spec in (*specs, env.full_reward_spec) for key in _ragged_keys(spec)]
+
+    @property
+    def fits_one_buffer(self) -> bool:
+        """Whether every entry has one shape over the sub-envs and steps, so that a batch
+        is one preallocated buffer (else the collector stacks one TensorDict a step)."""
+        return not self.ragged_keys
+
+    def _carrier_views(self) -> CarrierViews | StepViews:  # type: ignore[override]
+        if self._views is None and self._carrier is not None and is_step_stack(self._carrier):
+            self._check_open()
+            self._views = StepViews(self._carrier)  # type: ignore[assignment]
+        return super()._carrier_views()
 
     @property
     def keeps_no_device(self) -> bool:
@@ -176,36 +199,14 @@ class TorchRLEnv(EnvBase):
         super().close()
 
 
-def refuse_unsupported_layouts(env: Any) -> None:
-    """Refuse, at construction, TorchRL envs with heterogeneous (lazily stacked) specs: the
-    collector preallocates one buffer for all sub-envs. Better a clear error now than a crash
-    mid-batch.
-
-    Raises:
-        ValueError: naming the stacked specs and what is supported.
-    """
-    stacked = [
-        key
-        for name in ("full_observation_spec", "full_action_spec", "full_done_spec")
-        for key in _stacked_keys(getattr(env, name))
-    ]
-    if stacked:
-        raise ValueError(
-            f"{type(env).__name__} has heterogeneous (lazily stacked) specs at {stacked}: its "
-            "sub-envs' entries differ in shape, and rlcollect preallocates one buffer for all "
-            "of them. Use sub-envs with the same specs, or TorchRL's collector for this env."
-        )
-
-
-def _stacked_keys(spec: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Where a TorchRL spec holds lazily stacked (heterogeneous) entries, at any depth."""
+def _ragged_keys(spec: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Where a TorchRL spec holds lazily stacked (heterogeneous) entries or a dynamic (-1)
+    dim, at any depth."""
     if "Stacked" in type(spec).__name__:
         return [prefix]
-    found: list[tuple[str, ...]] = []
-    items = spec.items() if hasattr(spec, "items") else []
-    for name, child in items:
-        found += _stacked_keys(child, (*prefix, name))
-    return found
+    if hasattr(spec, "items"):
+        return [key for name, child in spec.items() for key in _ragged_keys(child, (*prefix, name))]
+    return [prefix] if -1 in tuple(spec.shape) else []
 
 
 def as_device(value: Any) -> torch.device:

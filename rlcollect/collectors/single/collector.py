@@ -49,6 +49,11 @@ from rlcollect.collectors.single.setup import (
     policy_from_factory,
     refuse_interruptor_with_whole_episodes,
 )
+from rlcollect.collectors.stacked_carrier import (
+    StackedCarrierLayout,
+    fits_one_buffer,
+    refuse_options_needing_one_buffer,
+)
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
@@ -300,6 +305,15 @@ class Collector(CollectorControl):
         env = register_policy_transforms(
             make_env(create_env_fn, create_env_kwargs), policy, auto_register_policy_transforms
         )
+        refuse_options_needing_one_buffer(
+            env,
+            split_trajs=split_trajs,
+            compact_obs=compact_obs,
+            store_obs_once=store_obs_once,
+            max_frames_per_traj=max_frames_per_traj,
+            batch_mode=batch_mode,
+            trajs_per_batch=trajs_per_batch,
+        )
         self.devices = DeviceSplit.resolve(
             env_own_device=env.device,
             device=device,
@@ -374,7 +388,11 @@ class Collector(CollectorControl):
             policy, observation_keys, self.devices.policy, action_keys, acceleration
         )
         lend_action_spec(policy, self.env)  # after: the holder draws random actions for it
-        self.layout = CarrierLayout.build(
+        # Envs whose entries differ in shape (heterogeneous agents, dynamic specs) stack one
+        # TensorDict a step; every other env keeps the dense, preallocated carrier.
+        dense = fits_one_buffer(self.env)
+        layout_class = CarrierLayout if dense else StackedCarrierLayout
+        self.layout = layout_class.build(
             self.env,
             self.policy,
             self.steps_per_batch,
@@ -387,7 +405,7 @@ class Collector(CollectorControl):
         self._whole_episodes = (
             None if mode is None else EpisodeAssembler(mode, end_flag_keys(self.env.done_keys))
         )
-        if self.policy.module is not None and len(action_keys) == 1:
+        if dense and self.policy.module is not None and len(action_keys) == 1:
             warn_if_action_misfits(
                 self.env.full_action_spec[action_keys[0]],
                 self.layout.carrier.get(action_keys[0]),

@@ -160,18 +160,6 @@ def test_policy_factory_and_no_op_options_are_accepted() -> None:
         Collector("CartPole-v1", greedy_module(), policy_factory=greedy_module, frames_per_batch=4)
 
 
-def test_heterogeneous_torchrl_envs_are_refused_at_construction() -> None:
-    mocks = pytest.importorskip("torchrl.testing.mocking_classes")
-    # TorchRL yields lazily stacked batches for it; we preallocate one buffer, so we refuse it.
-    torchrl_collectors.Collector(
-        mocks.HeterogeneousCountingEnv(batch_size=(2,)), None, frames_per_batch=8, total_frames=8
-    ).shutdown()
-    with pytest.raises(
-        ValueError, match=r"heterogeneous \(lazily stacked\) specs at \[\('lazy',\)"
-    ):
-        Collector(mocks.HeterogeneousCountingEnv(batch_size=(2,)), None, frames_per_batch=8)
-
-
 @pytest.mark.slow
 def test_auto_register_policy_transforms_adds_the_init_flag_a_recurrent_policy_reads() -> None:
     from tests.collectors.policy.test_recurrent import lstm_policy
