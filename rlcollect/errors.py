@@ -41,6 +41,25 @@ class WorkerRaisedError(WorkerError):
 
     recoverable = False
 
+    def __init__(
+        self,
+        worker: int | tuple[int, ...],
+        reason: str,
+        remote_traceback: str = "",
+        raised: type[Exception] | None = None,
+    ) -> None:
+        super().__init__(worker, reason, remote_traceback)
+        # The type the worker raised, when a built-in one (TypeError, KeyError, ...).
+        self.raised = raised
+
+    def as_raised(self) -> Exception | None:
+        """The worker's error as the built-in type it raised (a TypeError stays a TypeError,
+        as it would be in this process), naming the worker; None for any other type. Raise
+        it `from` this error, whose message carries the worker's traceback."""
+        if self.raised is None:
+            return None
+        return self.raised(f"{describe_worker_path(self.path)} failed: {self.reason}")
+
 
 class WorkerTimeoutError(WorkerError):
     """A worker did not answer in time (an env step or a grandchild that never returns)."""

@@ -65,12 +65,16 @@ def command_describer(
 
 
 def error_reply(err: BaseException, context: str) -> bytes:
-    """The `ERROR` reply: the exception's message, the worker's traceback and, for a
-    `WorkerError` raised by this worker's own workers, the path of the worker that failed."""
+    """The `ERROR` reply: the exception's message, the worker's traceback, for a
+    `WorkerError` raised by this worker's own workers the path of the worker that failed, and
+    the exception's type when a built-in one (the parent may raise it as that type)."""
     if isinstance(err, WorkerError):
-        details = (f"{context} failed: {err.reason}", err.remote_traceback, err.path)
+        raised = getattr(err, "raised", None)
+        details = (f"{context} failed: {err.reason}", err.remote_traceback, err.path, raised)
     else:
-        details = (f"{context} raised {type(err).__name__}: {err}", traceback.format_exc(), ())
+        builtin = type(err).__module__ == "builtins" and isinstance(err, Exception)
+        message = f"{context} raised {type(err).__name__}: {err}"
+        details = (message, traceback.format_exc(), (), type(err) if builtin else None)
     return ERROR + pickle.dumps(details)
 
 
@@ -261,8 +265,8 @@ class WorkerHandle:
         if reply == OK:
             return b""
         if reply[:1] == ERROR:
-            message, remote_traceback, below = pickle.loads(reply[1:])
-            raise WorkerRaisedError((self.index, *below), message, remote_traceback)
+            message, remote_traceback, below, raised = pickle.loads(reply[1:])
+            raise WorkerRaisedError((self.index, *below), message, remote_traceback, raised)
         return reply[1:]
 
     def death_error(self) -> WorkerError:

@@ -205,9 +205,14 @@ class WorkerPool:
                 self.slots.append(WorkerSlot(index, self._start_process(index)))
             for slot in self.slots:
                 self._await_ready(slot, startup_timeout)
-        except BaseException:
+        except BaseException as err:
             self.close()
-            raise
+            # A worker failing to build its collector raises what the Collector raises here
+            # (a TypeError for a policy that cannot be wrapped), with the worker's traceback.
+            same = err.as_raised() if isinstance(err, WorkerRaisedError) else None
+            if same is None:
+                raise
+            raise same from err
 
     # --- processes ------------------------------------------------------------------------------
 
