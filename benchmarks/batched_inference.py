@@ -17,7 +17,10 @@ Rows:
 * `ours-multiasync`: our MultiAsyncCollector, the policy in every worker.
 
     python benchmarks/batched_inference.py            # full run (best of 3 interleaved rounds)
-    python benchmarks/batched_inference.py --quick    # smoke run
+    python benchmarks/batched_inference.py --quick    # smoke run (no 8-worker cases)
+
+A second case widens the MLP to 4-1024-1024-2 (ours-thread, torchrl-shm, ours-multiasync), where
+one batched forward should beat one forward per worker.
 Writes benchmarks/results/batched_inference.csv.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import subprocess
@@ -37,6 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectors import SamplingPolicy
+from torch import nn
 
 ENV_ID = "CartPole-v1"
 FRAMES_PER_BATCH = 1000
@@ -51,14 +56,37 @@ IMPLEMENTATIONS = (
 # Seconds a measurement may take before it is reported as failed (a hang, not a number).
 MEASURE_TIMEOUT = 600
 RESULTS = Path(__file__).resolve().parent / "results" / "batched_inference.csv"
+LARGE_WIDTH = 1024
+# The cases: (policy size, worker counts, implementations).
+CASES = (
+    ("small", (2, 4, 8), IMPLEMENTATIONS),
+    ("large", (4, 8), ("ours-thread", "torchrl-shm", "ours-multiasync")),
+)
 
 
-def make_module() -> object:
-    """The benchmark MLP as a TensorDict module (the same weights everywhere)."""
+class LargeSamplingPolicy(SamplingPolicy):
+    """The benchmark MLP widened to 4-1024-1024-2: a forward costs about as much for one row
+    as for eight, which is where one batched forward should beat one per worker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(4, LARGE_WIDTH),
+            nn.Tanh(),
+            nn.Linear(LARGE_WIDTH, LARGE_WIDTH),
+            nn.Tanh(),
+            nn.Linear(LARGE_WIDTH, 2),
+        )
+
+
+def make_module(size: str = "small") -> object:
+    """The benchmark MLP (or its large variant) as a TensorDict module, the same weights
+    everywhere."""
     from tensordict.nn import TensorDictModule
 
     torch.manual_seed(0)
-    return TensorDictModule(SamplingPolicy(), in_keys=["observation"], out_keys=["action"])
+    module = LargeSamplingPolicy() if size == "large" else SamplingPolicy()
+    return TensorDictModule(module, in_keys=["observation"], out_keys=["action"])
 
 
 def ours_env() -> object:
@@ -73,24 +101,30 @@ def torchrl_env() -> object:
     return GymEnv(ENV_ID)
 
 
-def build(implementation: str, workers: int) -> object:
-    """The collector of `implementation` over `workers` env workers, endless."""
+def build(implementation: str, workers: int, size: str = "small") -> object:
+    """The collector of `implementation` over `workers` env workers, endless. Every server
+    batches up to all workers and waits at most 1 ms (TorchRL's fast configuration)."""
     from torchrl.modules.inference_server import InferenceServerConfig
 
     common = {"frames_per_batch": FRAMES_PER_BATCH, "total_frames": -1}
+    policy = functools.partial(make_module, size)
+    thread_config = InferenceServerConfig(max_batch_size=workers, timeout=0.001)
+    process_config = InferenceServerConfig(
+        service_backend="process", max_batch_size=workers, timeout=0.001
+    )
     if implementation == "ours-thread":
         from rlcollect.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            [ours_env] * workers, policy=make_module(), max_batch_size=workers, **common
+            [ours_env] * workers, policy=policy(), server_config=thread_config, **common
         )
     if implementation == "ours-process":
         from rlcollect.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
             [ours_env] * workers,
-            policy_factory=make_module,
-            server_config=InferenceServerConfig(service_backend="process", max_batch_size=workers),
+            policy_factory=policy,
+            server_config=process_config,
             **common,
         )
     if implementation == "torchrl-shm":
@@ -98,11 +132,11 @@ def build(implementation: str, workers: int) -> object:
 
         return AsyncBatchedCollector(
             [torchrl_env] * workers,
-            policy=make_module(),
+            policy=policy(),
             env_backend="multiprocessing",
             env_exchange="shm",
             transport="driver",
-            max_batch_size=workers,
+            server_config=thread_config,
             **common,
         )
     if implementation == "torchrl-process":
@@ -110,10 +144,10 @@ def build(implementation: str, workers: int) -> object:
 
         return AsyncBatchedCollector(
             [torchrl_env] * workers,
-            policy_factory=make_module,
+            policy_factory=policy,
             env_backend="multiprocessing",
             transport="auto",
-            server_config=InferenceServerConfig(max_batch_size=workers),
+            server_config=thread_config,
             **common,
         )
     if implementation == "ours-multiasync":
@@ -121,7 +155,7 @@ def build(implementation: str, workers: int) -> object:
 
         return MultiAsyncCollector(
             [ours_env] * workers,
-            make_module(),
+            policy(),
             frames_per_batch=FRAMES_PER_BATCH // workers,
             total_frames=-1,
         )
@@ -145,7 +179,9 @@ def time_batches(collector: object, frames: int) -> dict[str, float]:
     return result
 
 
-def run_subprocess(implementation: str, workers: int, frames: int) -> dict[str, float] | str:
+def run_subprocess(
+    implementation: str, workers: int, size: str, frames: int
+) -> dict[str, float] | str:
     """One measurement in a fresh interpreter: its numbers, or why there are none."""
     command = [
         sys.executable,
@@ -154,6 +190,8 @@ def run_subprocess(implementation: str, workers: int, frames: int) -> dict[str, 
         implementation,
         "--workers",
         str(workers),
+        "--policy",
+        size,
         "--frames",
         str(frames),
     ]
@@ -169,47 +207,59 @@ def run_subprocess(implementation: str, workers: int, frames: int) -> dict[str, 
     return f"failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}"
 
 
-def measure(
-    workers_list: list[int], names: list[str], frames: int, rounds: int
-) -> dict[tuple[str, int], dict[str, float]]:
-    """Best frames/s of `rounds` interleaved rounds for each implementation and worker count."""
-    best: dict[tuple[str, int], dict[str, float]] = {}
+Key = tuple[str, int, str]  # policy size, workers, implementation
+
+
+def measure(cases: list[Key], frames: int, rounds: int) -> dict[Key, dict[str, float]]:
+    """Best frames/s of `rounds` interleaved rounds for each case."""
+    best: dict[Key, dict[str, float]] = {}
     for round_index in range(rounds):
-        for workers in workers_list:
-            for name in names:
-                result = run_subprocess(name, workers, frames)
-                print(f"round {round_index + 1}: {name} x{workers}: {result}", flush=True)
-                if isinstance(result, str):
-                    continue
-                if result["fps"] > best.get((name, workers), {"fps": 0.0})["fps"]:
-                    best[(name, workers)] = result
+        for case in cases:
+            size, workers, name = case
+            result = run_subprocess(name, workers, size, frames)
+            print(f"round {round_index + 1}: {size} {name} x{workers}: {result}", flush=True)
+            if isinstance(result, str):
+                continue
+            if result["fps"] > best.get(case, {"fps": 0.0})["fps"]:
+                best[case] = result
     return best
 
 
-def report(best: dict[tuple[str, int], dict[str, float]], workers_list: list[int]) -> None:
-    """Print the frames/s table with the ratios the issue asks for, and write the CSV."""
-    names = sorted({name for name, _ in best}, key=IMPLEMENTATIONS.index)
-    print(f"\nframes/s, {ENV_ID}, benchmark MLP on the CPU, {os.cpu_count()} cores")
-    print("workers | " + " | ".join(names) + " | ours/torchrl (thread) | ours/torchrl (process)")
-    rows = []
-    for workers in workers_list:
-        values = {name: best.get((name, workers), {}).get("fps", float("nan")) for name in names}
-        thread = values.get("ours-thread", float("nan")) / values.get("torchrl-shm", float("nan"))
-        process = values.get("ours-process", float("nan")) / values.get(
-            "torchrl-process", float("nan")
+def ratio(best: dict[Key, dict[str, float]], size: str, workers: int, a: str, b: str) -> float:
+    nan = {"fps": float("nan")}
+    return best.get((size, workers, a), nan)["fps"] / best.get((size, workers, b), nan)["fps"]
+
+
+def report(best: dict[Key, dict[str, float]], cases: list[Key]) -> None:
+    """Print the frames/s tables with the ratios the issue asks for, and write the CSV."""
+    print(f"\nframes/s, {ENV_ID}, policy on the CPU, {os.cpu_count()} cores")
+    for size in dict.fromkeys(case[0] for case in cases):
+        names = list(dict.fromkeys(case[2] for case in cases if case[0] == size))
+        print(f"\n{size} MLP\nworkers | " + " | ".join(names))
+        for workers in dict.fromkeys(case[1] for case in cases if case[0] == size):
+            cells = [best.get((size, workers, name), {}).get("fps", float("nan")) for name in names]
+            print(f"{workers} | " + " | ".join(f"{value:,.0f}" for value in cells))
+        print(
+            "ours-thread / torchrl-shm, ours-process / torchrl-process, ours-thread / multiasync:"
         )
-        cells = " | ".join(f"{values[name]:,.0f}" for name in names)
-        print(f"{workers} | {cells} | {thread:.2f}x | {process:.2f}x")
-        for name in names:
-            result = best.get((name, workers), {})
-            rows.append(
-                {
-                    "workers": workers,
-                    "implementation": name,
-                    "fps": round(result.get("fps", float("nan")), 1),
-                    "rows_per_forward": round(result.get("rows_per_forward", float("nan")), 2),
-                }
+        for workers in dict.fromkeys(case[1] for case in cases if case[0] == size):
+            print(
+                f"  x{workers}: {ratio(best, size, workers, 'ours-thread', 'torchrl-shm'):.2f}x, "
+                f"{ratio(best, size, workers, 'ours-process', 'torchrl-process'):.2f}x, "
+                f"{ratio(best, size, workers, 'ours-thread', 'ours-multiasync'):.2f}x"
             )
+    rows = [
+        {
+            "policy": size,
+            "workers": workers,
+            "implementation": name,
+            "fps": round(best.get((size, workers, name), {}).get("fps", float("nan")), 1),
+            "rows_per_forward": round(
+                best.get((size, workers, name), {}).get("rows_per_forward", float("nan")), 2
+            ),
+        }
+        for size, workers, name in cases
+    ]
     RESULTS.parent.mkdir(exist_ok=True)
     with RESULTS.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -222,23 +272,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, nargs="*", default=None)
+    parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--policy", default="small", help=argparse.SUPPRESS)
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", nargs="*", default=None, help="implementations to run")
     args = parser.parse_args()
-    frames = args.frames or (3_000 if args.quick else 20_000)
+    frames = args.frames or (3_000 if args.quick else 10_000)
     if args.measure:
         warnings.simplefilter("ignore")
         torch.set_num_threads(1)
-        collector = build(args.measure, args.workers[0])
+        collector = build(args.measure, args.workers, args.policy)
         print(json.dumps(time_batches(collector, frames)), flush=True)
         os._exit(0)  # TorchRL's collectors may keep the interpreter alive after shutdown
-    workers_list = args.workers or ([2, 4] if args.quick else list(WORKERS))
+    cases = [
+        (size, workers, name)
+        for size, counts, names in CASES
+        for workers in counts
+        for name in names
+        if (args.only is None or name in args.only) and not (args.quick and workers == 8)
+    ]
     rounds = args.rounds or (1 if args.quick else 3)
-    names = args.only or list(IMPLEMENTATIONS)
     print(f"{frames} frames per measurement, best of {rounds} rounds, fpb={FRAMES_PER_BATCH}")
-    report(measure(workers_list, names, frames, rounds), workers_list)
+    report(measure(cases, frames, rounds), cases)
 
 
 if __name__ == "__main__":
