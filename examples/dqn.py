@@ -41,7 +41,7 @@ from common.config import (
     validate,
 )
 from common.env_info import EnvInfo, probe_env
-from common.evaluation import EVAL_SEED_OFFSET, evaluate, report_run
+from common.evaluation import EVAL_SEED_OFFSET, BackgroundEvaluation, evaluate, report_run
 from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
@@ -284,6 +284,7 @@ def train(cfg: DictConfig) -> None:
             )
         finally:
             collector.async_shutdown()
+            evaluation.close()
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     if not stop.requested:
@@ -360,15 +361,27 @@ def learn(
             with recorder.timed(WEIGHT_UPDATE):
                 collector.update_policy_weights_(policy)
             synced_at = learner.updates
+    last_eval = evaluation.collect(wait=not stop.requested)  # the one still running
     last = recorder.last_row
-    if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
-        log_row(collector, replay_buffer, learner, policy, recorder)
+    if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates) or (
+        not math.isnan(last_eval)
+    ):
+        log_row(collector, replay_buffer, learner, policy, recorder, last_eval)
+
+
+def without_exploration(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`EpsilonGreedy`'s weights with epsilon 0: greedy whatever the interaction type."""
+    return {**weights, "epsilon": torch.zeros_like(weights["epsilon"])}
 
 
 class PeriodicEvaluation:
     """Greedy episodes of the learner's policy every `eval_every` frames (`eval_episodes` of
     them): the return DQN is judged by, free of the exploration noise of training episodes.
 
+    They run in the background (`BackgroundEvaluation`: rlcollect's `Evaluator` in a thread,
+    playing the weights with epsilon 0), so training does not pause for them: an evaluation
+    started at a log row is reported in the row where it has finished, and its frame count is
+    the one it started at.
     The best-scoring policy so far is written to `<run dir>/best_policy.pt` (as SB3's
     EvalCallback does): DQN on CartPole can unlearn a solved task late in a run. Every
     `video.every` evaluations, `video` records a greedy episode too.
@@ -396,6 +409,18 @@ class PeriodicEvaluation:
         # Every evaluation starts from the same states, so their returns compare policies.
         self.seed = cfg.seed + EVAL_SEED_OFFSET
         self.fresh_seed = self.seed + 100_000  # episodes no evaluation picked a policy on
+        self.background = (
+            BackgroundEvaluation(
+                self.env_factory,
+                policy,
+                [key],
+                self.episodes,
+                self.seed,
+                greedy_weights=without_exploration,
+            )
+            if self.every > 0 and self.episodes > 0
+            else None
+        )
 
     @property
     def best_return(self) -> float:
@@ -417,21 +442,37 @@ class PeriodicEvaluation:
             save_checkpoint(self.best_path, self.best)
 
     def run_if_due(self, frames: int) -> float:
-        """The mean greedy return when an evaluation is due at `frames`, NaN otherwise."""
-        if self.every <= 0 or self.episodes <= 0 or frames < self.next_at:
+        """Start a background evaluation when one is due at `frames`; the mean greedy return
+        of the evaluation that finished since the last call (NaN when none did)."""
+        if self.background is not None and frames >= self.next_at:
+            self.next_at += self.every * ((frames - self.next_at) // self.every + 1)  # grid
+            if self.background.start(frames):
+                self.evaluations += 1
+                if self.video.due(self.evaluations):
+                    self.video.record(self.policy, frames, self.seed)
+        return self.collect()
+
+    def collect(self, wait: bool = False) -> float:
+        """Take the finished evaluations (with `wait`, the running one too), keep the best
+        policy, and return the latest mean return (NaN when none finished)."""
+        if self.background is None:
             return float("nan")
-        self.next_at += self.every * ((frames - self.next_at) // self.every + 1)  # on the grid
-        mean = evaluate(self.env_factory, self.policy, self.episodes, self.seed)
-        self.evaluations += 1
-        if self.video.due(self.evaluations):
-            self.video.record(self.policy, frames, self.seed)
-        if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
-            weights = {
-                name: value.clone() for name, value in self.learner_policy.state_dict().items()
-            }
-            self.best = {"policy": weights, "frames": frames, "eval_return": mean}
-            save_checkpoint(self.best_path, self.best)
+        mean = float("nan")
+        for result in self.background.finished(wait):
+            mean = result.mean_return
+            if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
+                self.best = {
+                    "policy": result.weights,
+                    "frames": result.frames,
+                    "eval_return": mean,
+                }
+                save_checkpoint(self.best_path, self.best)
         return mean
+
+    def close(self) -> None:
+        """Stop the background evaluations."""
+        if self.background is not None:
+            self.background.close()
 
     def report_best(self) -> None:
         """Re-evaluate the saved best policy on fresh episodes and print the result."""

@@ -1,18 +1,23 @@
-"""`evaluate`: the mean return of a policy acting greedily for whole episodes; `report_run`."""
+"""`evaluate`: the mean return of a policy acting greedily for whole episodes; `report_run`;
+`BackgroundEvaluation`: the same greedy episodes during training, in the background."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict.nn import InteractionType, set_interaction_type
+from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
 
 from rlcollect import keys
+from rlcollect.collectors import Evaluator
 
 log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
+Weights = dict[str, torch.Tensor]
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes start from states training never sees
 
 
@@ -89,3 +94,93 @@ def report_run(
         greedy = evaluate(env_factory, policy, episodes, seed)
         log.info(f"greedy evaluation: mean return {greedy:.1f} over {episodes} episodes")
         recorder.record_final_evaluation(greedy)
+
+
+@dataclass
+class EvaluationResult:
+    """A finished background evaluation: the weights it played (a copy taken when it was
+    started), the frame count then, and their mean greedy return."""
+
+    frames: int
+    mean_return: float
+    weights: dict[str, torch.Tensor]
+
+
+class BackgroundEvaluation:
+    """Greedy evaluations of a training policy that run while training goes on.
+
+    `start(frames)` copies the policy's weights and hands them to rlcollect's `Evaluator`,
+    which plays `episodes` whole episodes in its own thread, with its own env and copy of the
+    policy, every evaluation from the same first states (`seed`); `finished()` returns the
+    evaluations done since the last call, each with the weights it played. An evaluation due
+    while the previous one still runs is skipped (`busy_policy="skip"`), so evaluations never
+    pile up behind training. Unlike `evaluate`, an evaluation counts the first `episodes`
+    episodes to end, whichever sub-env they come from.
+
+    Whether a policy explores is read from tensordict's interaction type, which is one setting
+    for the whole process: an evaluation under DETERMINISTIC in a thread would make a
+    collector stepping beside it greedy too, and itself explore whenever the collector sets
+    RANDOM. So, with `greedy_weights` (weights -> the same weights acting greedily, e.g. with
+    epsilon 0), evaluations run under the collectors' RANDOM type and are greedy by their
+    weights; without it, pass `backend="process"` to run them in a worker process.
+    """
+
+    def __init__(
+        self,
+        env_factory: Callable[[], Any],
+        policy: torch.nn.Module,
+        in_keys: Sequence[Any],
+        episodes: int,
+        seed: int | None = None,
+        greedy_weights: Callable[[Weights], Weights] | None = None,
+        backend: str = "thread",
+    ) -> None:
+        self.policy = policy
+        self.greedy_weights = greedy_weights
+        if greedy_weights is None and backend == "thread":
+            raise ValueError(
+                "a background evaluation in a thread needs greedy_weights (see the class "
+                "docstring); pass greedy_weights=..., or backend='process'."
+            )
+        template = copy.deepcopy(policy)
+        self.evaluator = Evaluator(
+            env_factory,
+            policy_factory=lambda env: TensorDictModule(
+                template, in_keys=list(in_keys), out_keys=[keys.ACTION]
+            ),
+            num_trajectories=episodes,
+            seed=seed,
+            busy_policy="skip",
+            log_prefix="greedy",
+            backend=backend,
+            exploration_type=(
+                InteractionType.RANDOM if greedy_weights else InteractionType.DETERMINISTIC
+            ),
+        )
+        self._weights: dict[int, dict[str, torch.Tensor]] = {}
+
+    def start(self, frames: int) -> bool:
+        """Start evaluating the policy's current weights in the background (False: skipped,
+        the previous evaluation still runs)."""
+        weights = {name: t.detach().clone() for name, t in self.policy.state_dict().items()}
+        played = self.greedy_weights(dict(weights)) if self.greedy_weights else weights
+        started = self.evaluator.trigger_eval(played, step=frames)
+        if started:
+            self._weights[frames] = weights
+        return started
+
+    def finished(self, wait: bool = False) -> list[EvaluationResult]:
+        """The evaluations finished since the last call, oldest first; with `wait`, the one
+        still running too (waited for)."""
+        results = []
+        while True:
+            result = self.evaluator.wait() if wait else self.evaluator.poll()
+            if result is None:
+                return results
+            frames = int(result["greedy/step"])
+            weights = self._weights.pop(frames)
+            results.append(EvaluationResult(frames, float(result["greedy/reward"]), weights))
+
+    def close(self) -> None:
+        """Stop the evaluator and its worker (an evaluation in flight is given up)."""
+        self.evaluator.shutdown()
