@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
@@ -146,14 +147,26 @@ class CollectHook:
 
 
 @dataclass
-class FrameByFrame:
-    """TorchRL's `extend_buffer=False`: every step of a batch goes to the buffer as an item
-    of its own (the env batch of that step), in time order, instead of one `extend` of the
-    batch. Written as a one-item `extend`, so a worker's counting view counts it too."""
+class BufferWriter:
+    """How batches reach the replay buffer: one `extend` per batch, or, with TorchRL's
+    `extend_buffer=False`, every step as an item of its own (the env batch of that step), in
+    time order (a one-item `extend`, so a worker's counting view counts it too).
+
+    A batch without a device (a device-less env's, or one a `postproc` cleared) is given
+    the buffer storage's device first, as TorchRL's collector does, so the storage never
+    receives device-less data."""
 
     buffer: Any
+    frame_by_frame: bool = False
 
     def extend(self, batch: TensorDictBase) -> None:
+        if batch.device is None:
+            device = getattr(getattr(self.buffer, "storage", None), "device", None)
+            if isinstance(device, (str, torch.device)) and device != "auto":
+                batch = batch.to(device)
+        if not self.frame_by_frame:
+            self.buffer.extend(batch)
+            return
         time_dim = batch.batch_dims - 1
         for t in range(batch.shape[time_dim]):
             self.buffer.extend(batch[(slice(None),) * time_dim + (t,)].unsqueeze(0))
@@ -172,7 +185,7 @@ class BatchOptions:
     store_once_at_delivery: bool = False
     # compact_obs (TorchRL's): the ("next", <observation>) entries are left out of batches.
     drop_next_observations: bool = False
-    # What batches are written through: the buffer itself, or `FrameByFrame` over it.
+    # What batches are written to `replay_buffer` through (None without one).
     buffer_writer: Any = None
 
     @classmethod
@@ -217,7 +230,7 @@ class BatchOptions:
         if compact_obs:  # TorchRL drops them at every step, before anything else sees the batch
             pipeline.insert(0, DropNextObservations())
         at_delivery = store_obs_once and not split_trajs and postproc is None
-        writer = replay_buffer if extend_buffer else FrameByFrame(replay_buffer)
+        writer = BufferWriter(replay_buffer, frame_by_frame=not extend_buffer)
         return cls(
             pipeline,
             replay_buffer,

@@ -24,6 +24,7 @@ worker's batch as it is.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,6 +93,15 @@ class EpisodeMode:
                     "write; pass replay_buffer=... too, or drop it."
                 )
         if trajs_per_batch is not None:
+            if traj_format is None and not has_buffer:
+                warnings.warn(
+                    "trajs_per_batch without traj_format yields 'padded' batches ([N, max_len] "
+                    "with ('collector', 'mask')), as TorchRL 0.14 does; TorchRL's default "
+                    "will change to 'cat' in torchrl v0.16. Pass traj_format='padded' or "
+                    "'cat' to choose, and silence this warning.",
+                    FutureWarning,
+                    stacklevel=4,
+                )
             return cls(None, trajs_per_batch, traj_format or "padded", trajs_per_write)
         if batch_mode == "complete_episodes":
             return cls(frames_per_batch, None, "cat", None)
@@ -102,7 +112,10 @@ def _check_choices(batch_mode: str | None, traj_format: str | None) -> None:
     if batch_mode is not None and batch_mode not in BATCH_MODES:
         raise ValueError(f"batch_mode must be one of {BATCH_MODES}; got {batch_mode!r}.")
     if traj_format is not None and traj_format not in TRAJ_FORMATS:
-        raise ValueError(f"traj_format must be one of {TRAJ_FORMATS}; got {traj_format!r}.")
+        raise ValueError(
+            f"traj_format must be 'padded' or 'cat' (the layout of trajs_per_batch's "
+            f"episodes); got {traj_format!r}."
+        )
 
 
 def _positive(argument: str, value: object) -> None:

@@ -602,6 +602,13 @@ class Collector(CollectorControl):
     def yields_whole_episodes(self) -> bool:
         return self._whole_episodes is not None
 
+    @property
+    def traj_format(self) -> str | None:
+        """The layout of `trajs_per_batch`'s batches, "padded" or "cat" (TorchRL's); None
+        without `trajs_per_batch`."""
+        assembler = self._whole_episodes
+        return None if assembler is None or assembler.mode.count is None else assembler.mode.layout
+
     # --- iteration ------------------------------------------------------------------------------
 
     def next(self) -> TensorDictBase | None:

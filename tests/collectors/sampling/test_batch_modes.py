@@ -180,7 +180,7 @@ def test_whole_episodes_refuse_options_that_cut_them() -> None:
         ({"batch_mode": "complete"}, r"batch_mode must be one of"),
         ({"trajs_per_batch": 0}, r"trajs_per_batch must be a positive integer; got 0"),
         ({"traj_format": "cat"}, r"traj_format='cat' shapes the batches of trajs_per_batch"),
-        ({"trajs_per_batch": 2, "traj_format": "flat"}, r"traj_format must be one of"),
+        ({"trajs_per_batch": 2, "traj_format": "flat"}, r"traj_format must be .padded. or .cat."),
         ({"trajs_per_batch": 2, "trajs_per_write": 2}, r"pass replay_buffer"),
         (
             {"trajs_per_batch": 2, "batch_mode": "truncate_episodes"},

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torchrl.collectors import Collector as TorchRLCollector
@@ -131,3 +133,55 @@ def test_extend_buffer_false_writes_every_step_as_an_item(num_envs: int) -> None
             extend_buffer=False,
             postproc=lambda batch: batch,
         )
+
+
+def test_trajs_per_batch_default_layout_warns_as_torchrl() -> None:
+    """`trajs_per_batch` without `traj_format`: "padded", with TorchRL's FutureWarning about
+    its coming default; silent with an explicit format or a replay buffer; a bad format is
+    refused naming both choices."""
+    from torchrl.data import ReplayBuffer
+
+    for collector_class in (Collector, TorchRLCollector):
+        options = {"frames_per_batch": 8, "total_frames": 16}
+        with pytest.warns(FutureWarning, match="will change to 'cat' in torchrl v0.16"):
+            collector = collector_class(TorchRLGymEnv("CartPole-v1"), trajs_per_batch=2, **options)
+        assert collector.traj_format == "padded"
+        collector.shutdown()
+        for quiet in ({"traj_format": "cat"}, {"replay_buffer": ReplayBuffer()}):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FutureWarning)
+                collector_class(
+                    TorchRLGymEnv("CartPole-v1"), trajs_per_batch=2, **quiet, **options
+                ).shutdown()
+        with pytest.raises(ValueError, match="must be 'padded' or 'cat'"):
+            collector_class(
+                TorchRLGymEnv("CartPole-v1"), trajs_per_batch=2, traj_format="flat", **options
+            )
+
+
+def test_a_batch_without_device_reaches_the_buffer_on_its_storage_device() -> None:
+    """A `postproc` that clears the batch's device: the buffer still receives it on its
+    storage's device (TorchRL's collector does the same)."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    buffer = ReplayBuffer(storage=LazyTensorStorage(64, device="cpu"))
+    devices = []
+    extend = buffer.extend
+
+    def recording_extend(data):
+        devices.append(data.device)
+        return extend(data)
+
+    buffer.extend = recording_extend
+    collector = Collector(
+        "CartPole-v1",
+        None,
+        frames_per_batch=8,
+        total_frames=16,
+        replay_buffer=buffer,
+        postproc=lambda batch: batch.clear_device_(),
+    )
+    list(collector)
+    collector.shutdown()
+    assert devices == [torch.device("cpu")] * 2
+    assert len(buffer) == 16
