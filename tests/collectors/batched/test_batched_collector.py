@@ -16,6 +16,7 @@ from rlcollect import keys
 from rlcollect.collectors import AsyncBatchedCollector
 from rlcollect.collectors.batched import InferenceServerError
 from rlcollect.errors import WorkerError
+from rlcollect.replay import LazyTensorStorage, ReplayBuffer
 from tests.collectors.batched.batched_parts import LENGTHS, counting_env, echo_module
 from tests.conftest import processes_gone
 
@@ -271,3 +272,34 @@ def test_arguments_are_checked_with_messages_that_name_them(
     arguments = {"policy": echo_module(), "frames_per_batch": 20, **options}
     with pytest.raises(error, match=message):
         AsyncBatchedCollector(makers(2), **arguments)
+
+
+def wait_until(condition: object, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_start_fills_a_shared_replay_buffer_with_every_frame_once() -> None:
+    buffer = ReplayBuffer(storage=LazyTensorStorage(2000), shared=True)
+    with AsyncBatchedCollector(
+        makers(2),
+        policy=echo_module(0.5),
+        frames_per_batch=40,
+        total_frames=400,
+        transition_chunk_size=20,
+        replay_buffer=buffer,
+    ) as collector:
+        collector.start()
+        wait_until(lambda: buffer.write_count >= 400)
+        time.sleep(0.2)
+        collector.async_shutdown()
+        assert collector.is_done
+    assert buffer.write_count == 400
+    stored = buffer[torch.arange(len(buffer))]
+    check_answers(stored, {0: 0.5})
+    ids = stored.get(keys.TRAJ_IDS).flatten().tolist()
+    counts = stored.get("observation").flatten().long().tolist()
+    assert len(set(zip(ids, counts, strict=True))) == len(ids), "a frame was written twice"
+    buffer.close()
