@@ -277,7 +277,8 @@ class Evaluator:
         (0: not at all); None when there is none.
 
         Raises:
-            the error of the background evaluation that failed (instead of its result).
+            Exception: the error of the background evaluation that failed, instead of its
+                result (a `WorkerError` or `ActorError` carries the worker's traceback).
         """
         return self._take(timeout)
 
@@ -287,7 +288,8 @@ class Evaluator:
         and no result is left, or on timeout.
 
         Raises:
-            the error of the background evaluation that failed (instead of its result).
+            Exception: the error of the background evaluation that failed, instead of its
+                result (a `WorkerError` or `ActorError` carries the worker's traceback).
         """
         return self._take(timeout, until_idle=True)
 
