@@ -92,23 +92,25 @@ def register_policy_transforms(env: EnvBase, policy: Any, enabled: bool | None) 
         raise TypeError(
             f"auto_register_policy_transforms must be True, False or None; got {enabled!r}."
         )
-    if enabled is False:
-        _refuse_missing_flags(env, policy)
-        return env
     missing = missing_init_flags(env, policy)
+    if enabled is False:
+        _refuse_missing_flags(missing)
+        return env
+    torchrl_transforms: list[Any] = []
     if isinstance(env, TorchRLEnv):
-        transforms = _torchrl_transforms(env, policy, missing)
+        torchrl_transforms = _torchrl_transforms(env, policy, missing)
+        names = [type(transform).__name__ for transform in torchrl_transforms]
     else:
-        transforms = [InitTracker(init_key=key) for key in missing]
-    if not transforms:
+        names = ["InitTracker"] if missing else []
+    if not names:
         return env
     if enabled is None:
-        _warn_default([type(transform).__name__ for transform in transforms])
-        _refuse_missing_flags(env, policy)
+        _warn_default(names)
+        _refuse_missing_flags(missing)
         return env
     if isinstance(env, TorchRLEnv):
         inner = env.env
-        for transform in transforms:
+        for transform in torchrl_transforms:
             inner = inner.append_transform(transform)
         return TorchRLEnv(inner)
     if any(not isinstance(key, str) for key in missing):
@@ -116,13 +118,12 @@ def register_policy_transforms(env: EnvBase, policy: Any, enabled: bool | None) 
             f"auto_register_policy_transforms adds a root 'is_init' flag; the policy reads "
             f"{missing}. Add an InitTracker writing those keys to the env yourself."
         )
-    return TransformedEnv(env, Compose(*transforms))
+    return TransformedEnv(env, Compose(*(InitTracker(init_key=key) for key in missing)))
 
 
-def _refuse_missing_flags(env: EnvBase, policy: Any) -> None:
-    """A `KeyError` (TorchRL's policy call fails with one) when the policy reads an init flag
-    the env does not write."""
-    missing = missing_init_flags(env, policy)
+def _refuse_missing_flags(missing: list[Any]) -> None:
+    """A `KeyError` (TorchRL's policy call fails with one) naming the init flags the policy
+    reads and the env does not write, if any."""
     if missing:
         raise KeyError(
             f"the policy reads {missing}, which the env does not write (a recurrent policy "
