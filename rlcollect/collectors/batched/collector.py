@@ -12,7 +12,6 @@ consecutive steps, which this collector gathers into batches.
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 import weakref
@@ -28,21 +27,21 @@ from rlcollect import keys
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.batched.client import ClientFactory, InferenceServerError
 from rlcollect.collectors.batched.options import (
-    batch_rows,
+    Sizes,
     batching_from,
     check_exchange,
     check_policy_source,
-    chunk_size_from,
+    check_unsupported,
     devices_from,
     env_backend_from,
     env_makers,
 )
-from rlcollect.collectors.batched.probe import Entry, build_served_policy, probe_layout
-from rlcollect.collectors.batched.server import ProcessServer, ServedPolicy, ThreadServer
+from rlcollect.collectors.batched.probe import Entry, probe_layout
+from rlcollect.collectors.batched.server import ServedPolicy, start_server
 from rlcollect.collectors.batched.slots import SharedSlots
 from rlcollect.collectors.batched.trajectories import CompletedTrajectories
 from rlcollect.collectors.multiprocess.async_collector import MultiAsyncCollector
-from rlcollect.collectors.options import BatchOptions, check_int, round_to_batches
+from rlcollect.collectors.options import BatchOptions, check_int
 from rlcollect.envs.serial import SerialEnv
 from rlcollect.errors import MisuseError, WorkerError
 
@@ -205,35 +204,16 @@ class AsyncBatchedCollector(CollectorBase):
         devices = devices_from(device, device_config)
         self.env_backend = env_backend_from(backend, env_backend, policy_backend)
         check_exchange(env_exchange, transport)
-        if worker_affinity is not None or driver_affinity is not None:
-            raise ValueError(
-                "worker_affinity and driver_affinity are not supported; pin processes with "
-                "taskset or os.sched_setaffinity in the env maker instead."
-            )
-        if weight_sync_model_id != "policy":
-            raise ValueError(
-                f"weight_sync_model_id={weight_sync_model_id!r}: the server serves one model, "
-                "'policy'."
-            )
+        check_unsupported(worker_affinity, driver_affinity, weight_sync_model_id)
         makers = env_makers(create_env_fn, create_env_kwargs)
-        self._num_envs = len(makers)
-        per_worker = check_int("envs_per_worker", envs_per_worker)
-        if per_worker < 1 or self._num_envs % per_worker:
-            raise ValueError(
-                f"envs_per_worker={per_worker} must be a positive divisor of the "
-                f"{self._num_envs} envs of create_env_fn."
-            )
-        self.envs_per_worker = per_worker
-        self.num_workers = self._num_envs // per_worker
-        self.chunk_size = chunk_size_from(
-            transition_chunk_size, frames_per_batch, self._num_envs, per_worker
+        sizes = Sizes.of(
+            len(makers), envs_per_worker, transition_chunk_size, frames_per_batch, total_frames
         )
-        self._min_trajectory_frames = check_int("frames_per_batch", frames_per_batch)
-        self._chunks_per_batch = batch_rows(frames_per_batch, self.chunk_size, per_worker)
-        self.frames_per_batch = self._chunks_per_batch * self.chunk_size * per_worker
-        self.total_frames = round_to_batches(
-            "total_frames", check_int("total_frames", total_frames), self.frames_per_batch, 2
-        )
+        self._num_envs, self.num_workers = sizes.num_envs, sizes.num_workers
+        self.envs_per_worker, self.chunk_size = sizes.envs_per_worker, sizes.chunk_size
+        self._chunks_per_batch = sizes.chunks_per_batch
+        self._min_trajectory_frames = sizes.requested_frames
+        self.frames_per_batch, self.total_frames = sizes.frames_per_batch, sizes.total_frames
         self.yield_completed_trajectories = bool(yield_completed_trajectories)
         self.options = BatchOptions.validate(
             postproc=postproc,
@@ -246,67 +226,45 @@ class AsyncBatchedCollector(CollectorBase):
             post_collect_hook=post_collect_hook,
         )
         self.policy_version = check_int("policy_version", policy_version)
-        self._policy_version_key = policy_version_key
-        exploration_type = exploration_type or InteractionType.RANDOM
         self._policy = policy
-        # --- the slots, from one env and one policy pass ---
+        exploration_type = exploration_type or InteractionType.RANDOM
+        # --- the slots, from one env and one policy pass; the server; the env workers ---
         probe = probe_layout(
             makers[0],
             policy if policy is not None else policy_factory(),  # type: ignore[misc]
             exploration_type,
         )
         self._wraps_module = policy is not None and probe.policy is not policy
-        version_entries: list[Entry] = (
+        versions: list[Entry] = (
             [] if policy_version_key is None else [(policy_version_key, (), torch.int64)]
         )
         self._slots = SharedSlots(
-            self._num_envs, per_worker, probe.requests, probe.responses + version_entries
+            self._num_envs, self.envs_per_worker, probe.requests, probe.responses + versions
         )
-        layout = self._slots.layout
-        # --- the server ---
-        served = ServedPolicy(
-            policy=(
-                copy.deepcopy(probe.policy)
-                if policy is not None
-                else functools.partial(build_served_policy, policy_factory, probe.observation_keys)  # type: ignore[arg-type]
-            ),
-            is_factory=policy is None,
-            request_keys=[entry[0] for entry in probe.requests],
-            response_keys=[entry[0] for entry in probe.responses],
+        served = ServedPolicy.of(
+            probe,
+            policy_factory,
             device=devices.policy_device,
             exploration_type=exploration_type,
             batching=batching,
             policy_version=self.policy_version,
             has_version=policy_version_key is not None,
         )
-        self._server: ThreadServer | ProcessServer
         try:
-            if server_kind == "process":
-                self._server = ProcessServer(served, layout, mp_start_method)
-            else:
-                self._server = ThreadServer(served, layout)
+            self._server = start_server(server_kind, served, self._slots.layout, mp_start_method)
         except BaseException:
             self._slots.close()
             raise
         self._finalizer = weakref.finalize(self, _close_parts, self._server, self._slots)
-        # --- the env workers ---
-        groups = [makers[w * per_worker : (w + 1) * per_worker] for w in range(self.num_workers)]
         try:
-            self._inner = MultiAsyncCollector(
-                [functools.partial(grouped_env, group) for group in groups],
-                policy_factory=[
-                    ClientFactory(layout, worker, self._server.pid)
-                    for worker in range(self.num_workers)
-                ],
-                frames_per_batch=self.chunk_size * per_worker,
-                total_frames=self.total_frames if replay_buffer is not None else -1,
+            self._inner = self._start_workers(
+                makers,
+                replay_buffer=replay_buffer,
                 reset_at_each_iter=reset_at_each_iter,
                 restart_dead_workers=restart_dead_workers,
                 worker_timeout=worker_timeout,
-                replay_buffer=replay_buffer,
                 postproc=postproc if replay_buffer is not None else None,
                 mp_start_method=mp_start_method,
-                exploration_type=exploration_type,
             )
         except BaseException:
             self._finalizer()
@@ -315,6 +273,26 @@ class AsyncBatchedCollector(CollectorBase):
         self.iterations = 0
         self._start_time: float | None = None
         self._trajectories = CompletedTrajectories()
+
+    def _start_workers(
+        self, makers: list[Callable[[], Any]], **options: Any
+    ) -> MultiAsyncCollector:
+        """The env workers: `MultiAsyncCollector`'s processes, each running the loop over its
+        group of envs with a client of the server as its policy, a chunk per batch."""
+        per_worker = self.envs_per_worker
+        groups = [makers[w * per_worker : (w + 1) * per_worker] for w in range(self.num_workers)]
+        layout = self._slots.layout
+        return MultiAsyncCollector(
+            [functools.partial(grouped_env, group) for group in groups],
+            policy_factory=[
+                ClientFactory(layout, worker, self._server.pid)
+                for worker in range(self.num_workers)
+            ],
+            frames_per_batch=self.chunk_size * per_worker,
+            # Workers that write a buffer stop at total_frames; others are stopped by next().
+            total_frames=self.total_frames if options["replay_buffer"] is not None else -1,
+            **options,
+        )
 
     # --- TorchRL's attributes ---------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import torch
 
 from rlcollect.collectors.batched.serving import Batching
 from rlcollect.collectors.devices import parse_device
-from rlcollect.collectors.options import check_int, validate_frames
+from rlcollect.collectors.options import check_int, round_to_batches, validate_frames
 from rlcollect.envs.serial import env_factories
 
 ENV_BACKENDS = ("threading", "multiprocessing")
@@ -166,6 +166,23 @@ def check_exchange(env_exchange: Any, transport: Any) -> None:
         )
 
 
+def check_unsupported(worker_affinity: Any, driver_affinity: Any, model_id: Any) -> None:
+    """Refuse what is not offered: CPU affinities, a model other than the policy.
+
+    Raises:
+        ValueError: naming the argument and what to do instead.
+    """
+    if worker_affinity is not None or driver_affinity is not None:
+        raise ValueError(
+            "worker_affinity and driver_affinity are not supported; pin processes with "
+            "taskset or os.sched_setaffinity in the env maker instead."
+        )
+    if model_id != "policy":
+        raise ValueError(
+            f"weight_sync_model_id={model_id!r}: the server serves one model, 'policy'."
+        )
+
+
 def env_makers(create_env_fn: Any, create_env_kwargs: Any) -> list[Callable[[], Any]]:
     """One zero-argument maker per env (Gymnasium ids and envs wrapped, kwargs bound).
 
@@ -201,7 +218,6 @@ def chunk_size_from(
 
 def batch_rows(frames_per_batch: int, chunk: int, envs_per_worker: int) -> int:
     """Chunks gathered per batch, rounding `frames_per_batch` up to whole chunks (warned)."""
-    frames_per_batch, _ = validate_frames(frames_per_batch, -1)
     per_chunk = chunk * envs_per_worker
     chunks = math.ceil(frames_per_batch / per_chunk)
     if chunks * per_chunk != frames_per_batch:
@@ -209,6 +225,54 @@ def batch_rows(frames_per_batch: int, chunk: int, envs_per_worker: int) -> int:
             f"frames_per_batch={frames_per_batch} is not a multiple of a worker's chunk of "
             f"{per_chunk} frames ({envs_per_worker} env(s) x transition_chunk_size={chunk}); "
             f"each batch holds {chunks * per_chunk} frames.",
-            stacklevel=4,
+            stacklevel=5,
         )
     return chunks
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How many envs, workers, steps per chunk and chunks per batch; frames per batch and in
+    all, rounded up to whole chunks and batches (with warnings)."""
+
+    num_envs: int
+    envs_per_worker: int
+    num_workers: int
+    chunk_size: int
+    chunks_per_batch: int
+    requested_frames: int
+    frames_per_batch: int
+    total_frames: int
+
+    @classmethod
+    def of(
+        cls,
+        num_envs: int,
+        envs_per_worker: Any,
+        transition_chunk_size: Any,
+        frames_per_batch: Any,
+        total_frames: Any,
+    ) -> Sizes:
+        """Raises:
+        ValueError: `envs_per_worker` that does not divide the envs, or bad frame counts.
+        """
+        per_worker = check_int("envs_per_worker", envs_per_worker)
+        if per_worker < 1 or num_envs % per_worker:
+            raise ValueError(
+                f"envs_per_worker={per_worker} must be a positive divisor of the {num_envs} "
+                "envs of create_env_fn."
+            )
+        requested, total = validate_frames(frames_per_batch, total_frames)
+        chunk = chunk_size_from(transition_chunk_size, requested, num_envs, per_worker)
+        chunks = batch_rows(requested, chunk, per_worker)
+        frames = chunks * chunk * per_worker
+        return cls(
+            num_envs=num_envs,
+            envs_per_worker=per_worker,
+            num_workers=num_envs // per_worker,
+            chunk_size=chunk,
+            chunks_per_batch=chunks,
+            requested_frames=requested,
+            frames_per_batch=frames,
+            total_frames=round_to_batches("total_frames", total, frames, 4),
+        )

@@ -9,11 +9,14 @@ Both answer `update(weights, version)` only once the weights are in use.
 
 from __future__ import annotations
 
+import copy
 import enum
+import functools
 import os
 import pickle
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -22,6 +25,7 @@ import cloudpickle
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.collectors.batched.probe import Probe, build_served_policy
 from rlcollect.collectors.batched.serving import (
     Batching,
     PolicyCall,
@@ -70,6 +74,23 @@ class ServedPolicy:
     batching: Batching
     policy_version: int
     has_version: bool
+
+    @classmethod
+    def of(cls, probe: Probe, policy_factory: Callable[[], Any] | None, **how: Any) -> ServedPolicy:
+        """What to serve: a private copy of the probed policy (the trainer's module is never
+        served), or the factory, called where the server runs."""
+        if policy_factory is None:
+            policy, is_factory = copy.deepcopy(probe.policy), False
+        else:
+            policy = functools.partial(build_served_policy, policy_factory, probe.observation_keys)
+            is_factory = True
+        return cls(
+            policy=policy,
+            is_factory=is_factory,
+            request_keys=[entry[0] for entry in probe.requests],
+            response_keys=[entry[0] for entry in probe.responses],
+            **how,
+        )
 
     def loop(self, layout: SlotLayout) -> ServingLoop:
         """The serving loop over `layout`, with the policy built (from the factory) and moved
@@ -256,3 +277,12 @@ class ProcessServer:
             except Exception:  # a failing server is being closed anyway
                 self._last_stats = self._last_stats or {}
         shut_down_workers(self._handles, encode(ServerCommand.CLOSE), timeout)
+
+
+def start_server(
+    kind: str, served: ServedPolicy, layout: SlotLayout, mp_start_method: str | None
+) -> ThreadServer | ProcessServer:
+    """A server of `kind` ("thread" or "process") serving `served` over `layout`, started."""
+    if kind == "process":
+        return ProcessServer(served, layout, mp_start_method)
+    return ThreadServer(served, layout)
