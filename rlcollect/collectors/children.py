@@ -156,13 +156,19 @@ def gather_batches(batches: Sequence[TensorDictBase], cat_results: CatResults) -
     shapes = [tuple(batch.batch_size) for batch in batches]
     try:
         if cat_results == "stack":
-            return torch.stack(list(batches), 0)
-        return torch.cat(list(batches), cat_results)
+            gathered = torch.stack(list(batches), 0)
+        else:
+            gathered = torch.cat(list(batches), cat_results)
     except (RuntimeError, ValueError) as err:
         raise ValueError(
             f"cat_results={cat_results!r} cannot gather worker batches of shapes {shapes}; "
             "'stack' needs equal shapes, 0 equal time lengths, -1 equal env batches."
         ) from err
+    if gathered.names[-1] is None and batches[0].names[-1] is not None:
+        # Stacks of lazily stacked steps (heterogeneous or dynamic specs) lose the names.
+        extra = [None] if cat_results == "stack" else []
+        gathered.refine_names(*extra, *batches[0].names)
+    return gathered
 
 
 def episode_layout(options: dict[str, Any]) -> str | None:

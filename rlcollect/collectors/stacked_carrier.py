@@ -347,3 +347,14 @@ def refuse_options_needing_one_buffer(env: EnvBase, **options: Any) -> None:
             "or steps (heterogeneous or dynamic specs), so its batches are stacks of steps. "
             f"Instead, {_NEEDS_ONE_BUFFER[name]}."
         )
+
+
+def holds_stacked_steps(batch: TensorDictBase) -> bool:
+    """Whether `batch` holds lazily stacked entries (a batch of a `StackedCarrierLayout`):
+    its shapes may change from batch to batch, so no preallocated buffer can take it."""
+    if isinstance(batch, LazyStackedTensorDict):
+        return True
+    children = batch.values()
+    return any(
+        isinstance(child, TensorDictBase) and holds_stacked_steps(child) for child in children
+    )

@@ -136,7 +136,15 @@ class TorchRLEnv(EnvBase):
         stale root (zeros at first) must not reach a TorchRL env as the state to reset to
         (envs with state keys, e.g. TorchRL's `PendulumEnv` and its `params`, honour it)."""
         views = self._carrier_views()
-        result = self.env.reset() if mask is None else self.env.reset(self._reset_request(mask))
+        if mask is None:
+            result = self.env.reset()
+        elif isinstance(views, StepViews):
+            # TorchRL merges a partial reset into the state it is given: with lazily stacked
+            # entries it needs the whole state (the root at t, which is not stale here).
+            request = views.root_with_extras(t).update(self._reset_request(mask))
+            result = self.env.reset(request)
+        else:
+            result = self.env.reset(self._reset_request(mask))
         views.write_root(t, result.exclude(keys.NEXT), mask)
 
     def advance_into(self, t: int) -> None:

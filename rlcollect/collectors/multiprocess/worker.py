@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import env_attribute
+from rlcollect.collectors.stacked_carrier import holds_stacked_steps
 from rlcollect.envs.non_tensor import non_tensor_keys
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
 
@@ -164,6 +165,7 @@ class CollectorServer:
         self.scheme = scheme
         self.weight_channel = weight_channel
         self.out: TensorDictBase | None = None
+        self.by_value: bool | None = None  # whether batches travel pickled (stacked steps)
         self.paused = contextlib.ExitStack()
         self.handlers: dict[int, Callable[[int, bytes], bytes]] = {
             WorkerCommand.COLLECT: self.collect,
@@ -215,6 +217,13 @@ class CollectorServer:
         version = int(getattr(self.collector, "policy_version", 0))
         if batch is None:
             return BATCH_REPLY.pack(self.collector.frames_per_batch, version, False)
+        if self.by_value is None:  # a collector's batches keep their kind
+            self.by_value = holds_stacked_steps(batch)
+        if self.by_value:
+            # Stacked steps (heterogeneous or dynamic specs) fit no preallocated buffer:
+            # each batch travels pickled, by value.
+            frames = batch.numel() * int(getattr(self.collector, "frames_per_step", 1))
+            return BATCH_REPLY.pack(frames, version, True) + pickle.dumps((batch, None))
         extra_keys = non_tensor_keys(batch)
         extras = {key: batch.get(key) for key in extra_keys} or None
         tensors = batch.exclude(*extra_keys) if extra_keys else batch

@@ -104,8 +104,10 @@ class Collector(CollectorControl):
         pre_collect_hook: called with no argument before every batch is collected.
         post_collect_hook: called with every finished batch (after `postproc`).
         track_traj_ids: False leaves `("collector", "traj_ids")` out of the batches.
-        use_buffers: accepted: True, None or False (TorchRL's stacking of steps, for envs
-            whose specs change) give the same batches, always written into one buffer.
+        use_buffers: accepted: True, None or False give the same batches. An env whose
+            specs fit one buffer is always written into one; a TorchRL env with
+            heterogeneous (lazily stacked) or dynamic specs is always stacked step by step
+            (`collectors/stacked_carrier.py`), as TorchRL's `use_buffers=False` does.
         trust_policy: accepted and ignored: the policy's outputs are learnt by one probe
             call at construction, so there is nothing to trust or check per step.
         compile_policy: True or a dict of `torch.compile` keyword arguments: every step runs

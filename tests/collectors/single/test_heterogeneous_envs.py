@@ -167,3 +167,19 @@ def test_rollout_storage_is_refused_for_stacked_steps() -> None:
     with pytest.raises(ValueError, match=r"collect_rollout\(\) fill one dense"):
         collector.collect_rollout(rollout)
     collector.shutdown()
+
+
+def test_partial_reset_of_heterogeneous_agents_as_torchrl() -> None:
+    after_reset = []
+    for collector_class in (Collector, torchrl_collectors.Collector):
+        env = hetero_env((2,), max_steps=5)
+        collector = collector_class(env, hetero_policy(env), frames_per_batch=6)
+        batches = iter(collector)
+        next(batches)
+        collector.reset(index=1)  # sub-env 1 starts over, sub-env 0 goes on
+        after_reset.append(next(batches))
+        collector.shutdown()
+    ours, theirs = after_reset
+    counts = ours["lazy"][..., 0]["tensor_0"].squeeze(-1)
+    assert counts.tolist() == [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]]
+    assert_close(ours.exclude("collector"), theirs.exclude("collector"))
