@@ -156,9 +156,9 @@ def gather_batches(batches: Sequence[TensorDictBase], cat_results: CatResults) -
     shapes = [tuple(batch.batch_size) for batch in batches]
     try:
         if cat_results == "stack":
-            gathered = torch.stack(list(batches), 0)
+            gathered = cast(TensorDictBase, torch.stack(list(batches), 0))  # type: ignore[arg-type]
         else:
-            gathered = torch.cat(list(batches), cat_results)
+            gathered = cast(TensorDictBase, torch.cat(list(batches), cat_results))  # type: ignore[arg-type]
     except (RuntimeError, ValueError) as err:
         raise ValueError(
             f"cat_results={cat_results!r} cannot gather worker batches of shapes {shapes}; "

@@ -391,10 +391,11 @@ class Collector(CollectorControl):
         )
         lend_action_spec(policy, self.env)  # after: the holder draws random actions for it
         # Envs whose entries differ in shape (heterogeneous agents, dynamic specs) stack one
-        # TensorDict a step; every other env keeps the dense, preallocated carrier.
+        # TensorDict a step; every other env keeps the dense, preallocated carrier. The
+        # stacked layout has the methods the loop and the collector call (duck-typed).
         dense = fits_one_buffer(self.env)
         layout_class = CarrierLayout if dense else StackedCarrierLayout
-        self.layout = layout_class.build(
+        self.layout = layout_class.build(  # type: ignore[assignment]
             self.env,
             self.policy,
             self.steps_per_batch,
