@@ -24,9 +24,11 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +64,9 @@ def build(case: str) -> object:
 
 def collect_until_interrupted(case: str) -> None:
     """Collect forever; say "ready" after the first batches (a KeyboardInterrupt ends it)."""
+    # Python's Ctrl-C handler, even when the driver runs in the background (`cmd &`), whose
+    # children inherit an ignored SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     collector = build(case)
     for index, _ in enumerate(collector):
         if index == 2:
@@ -124,11 +129,16 @@ def kill_all(pids: set[int]) -> None:
 def measure(case: str, group: bool) -> dict[str, object]:
     """Start `case`, interrupt it once it collects; seconds to the parent's exit and to the
     end of every process below it."""
+    with tempfile.TemporaryFile("w+") as errors:  # a pipe nobody reads would block its writers
+        return interrupt(case, group, errors)
+
+
+def interrupt(case: str, group: bool, errors: IO[str]) -> dict[str, object]:
     process = subprocess.Popen(
         [sys.executable, __file__, "--run", case],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errors,
         text=True,
         start_new_session=True,
     )
@@ -137,7 +147,8 @@ def measure(case: str, group: bool) -> dict[str, object]:
     try:
         line = process.stdout.readline() if process.stdout else ""
         if line.strip() != "ready":
-            raise RuntimeError(f"{case} did not start: {process.stderr.read()[-1500:]}")
+            errors.seek(0)
+            raise RuntimeError(f"{case} did not start: {errors.read()[-1500:]}")
         start_s = time.monotonic() - started
         time.sleep(COLLECT_SECONDS)
         ours = descendants(process.pid)
@@ -195,6 +206,10 @@ def summary(rows: list[dict[str, object]]) -> None:
         )
 
 
+def rounded(value: object) -> object:
+    return round(value, 3) if isinstance(value, float) else value
+
+
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fields = ["case", "burners", "signal", "load", "start_s", "parent_s", "all_s", "processes"]
@@ -202,7 +217,7 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
         writer = csv.DictWriter(file, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({key: row[key] for key in fields})
+            writer.writerow({key: rounded(row[key]) for key in fields})
 
 
 def main() -> None:

@@ -143,12 +143,12 @@ def no_leftover_children() -> Iterator[None]:
 MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
-def descendants() -> dict[int, tuple[int, str]]:
-    """This process's live descendants at the OS level (zombies included): pid -> (parent pid,
-    command line)."""
+def descendants(root: int | None = None) -> dict[int, tuple[int, str]]:
+    """The live descendants of process `root` (default: this one) at the OS level (zombies
+    included): pid -> (parent pid, command line)."""
     parents = process_parents()
     found: dict[int, tuple[int, str]] = {}
-    frontier = [os.getpid()]
+    frontier = [os.getpid() if root is None else root]
     while frontier:
         parent = frontier.pop()
         for pid, ppid in parents.items():
@@ -162,9 +162,9 @@ def descendants() -> dict[int, tuple[int, str]]:
     return found
 
 
-# The processes of the local Ray cluster that tests/collectors/ray starts once per session (its
-# raylet, GCS and helpers, and the worker processes Ray names "ray::IDLE", "ray::<Actor>"): Ray
-# starts and reaps them as it sees fit, during any test. tests/collectors/ray checks its actors'
+# The processes of the test run's local Ray cluster (tests/ray_session.py: its raylet, GCS and
+# helpers, and the worker processes Ray names "ray::IDLE", "ray::<Actor>"): Ray starts and
+# reaps them as it sees fit, during any test. tests/collectors/ray checks its actors'
 # processes itself; what an actor starts (a fork server, collector workers) is checked like any
 # other process.
 RAY_TITLE = re.compile(r"^\[?ray::")
@@ -251,13 +251,3 @@ def processes_gone(pids: list[int], within: float) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, every test on the session's Ray cluster goes to one worker, so the
-    suite starts one cluster, not one per worker."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray"))
