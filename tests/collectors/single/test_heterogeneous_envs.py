@@ -183,3 +183,32 @@ def test_partial_reset_of_heterogeneous_agents_as_torchrl() -> None:
     counts = ours["lazy"][..., 0]["tensor_0"].squeeze(-1)
     assert counts.tolist() == [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]]
     assert_close(ours.exclude("collector"), theirs.exclude("collector"))
+
+
+class StopAfter:
+    """TorchRL's interruptor protocol: collection stops after `steps` env steps a batch."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.polls = steps, 0
+
+    def collection_stopped(self) -> bool:
+        self.polls += 1
+        return self.polls % self.steps == 0
+
+
+def test_an_interrupted_batch_of_stacked_steps_goes_on_where_it_stopped() -> None:
+    env = mocks.EnvWithDynamicSpec()
+    collector = Collector(
+        env,
+        random_policy(env),
+        frames_per_batch=6,
+        interruptor=StopAfter(3),
+        track_policy_version=True,
+    )
+    first, second = collector.next(), collector.next()
+    collector.shutdown()
+    for batch in (first, second):
+        assert batch["collector", "traj_ids"].tolist()[3:] == [-1, -1, -1]
+        assert batch["next", "policy_version"].tolist() == [0] * 6
+    counts = [step.shape[1] - 1 for step in second.get("observation", as_list=True)[:3]]
+    assert counts == [3, 4, 0]  # the count goes on from the first batch's third step
