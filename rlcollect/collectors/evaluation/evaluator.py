@@ -14,48 +14,34 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType
 
 from rlcollect import keys
-from rlcollect.collectors.evaluation.local import LocalBackend
+from rlcollect.collectors.evaluation.backends import (
+    BACKENDS,
+    EvaluationBackend,
+    build_backend,
+    check_choice,
+    check_collector_cls,
+    check_policy_arguments,
+)
 from rlcollect.collectors.evaluation.metrics import result_from, result_tensordict
-from rlcollect.collectors.evaluation.process import ProcessBackend
-from rlcollect.collectors.evaluation.ray_actor import RayBackend
 from rlcollect.collectors.evaluation.runner import EvaluationCancelledError
-from rlcollect.collectors.evaluation.settings import EvaluationSettings, is_env
+from rlcollect.collectors.evaluation.settings import EvaluationSettings
 from rlcollect.collectors.evaluation.weights import extract_weights, prepared_weights
 
 logger = logging.getLogger(__name__)
 
 Backend = Literal["thread", "process", "ray"]
 BusyPolicy = Literal["skip", "error", "queue"]
-BACKENDS = ("thread", "process", "ray")
 BUSY_POLICIES = ("skip", "error", "queue")
 NestedKey = str | tuple[str, ...]
 Request = tuple[dict[str, Any] | None, int]
 THREAD_NAME = "rlcollect-evaluator"
-
-
-class EvaluationBackend(Protocol):
-    """Where evaluations run; one at a time, in the thread that calls `run`."""
-
-    def run(
-        self, weights: Mapping[str, Any] | None, step: int, stop: Callable[[], bool]
-    ) -> dict[str, Any]:
-        """Load `weights`, play the episodes, return raw metrics (see `metrics.py`)."""
-        ...
-
-    def cancel(self) -> None:
-        """Make the evaluation in flight, if any, end soon (at shutdown)."""
-        ...
-
-    def close(self, timeout: float) -> None:
-        """Release everything: env, worker process or actor."""
-        ...
 
 
 class Evaluator:
@@ -162,10 +148,10 @@ class Evaluator:
         ray_kwargs: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
-        _check_choice("backend", backend, BACKENDS)
-        _check_choice("busy_policy", busy_policy, BUSY_POLICIES)
-        _check_policy_arguments(policy, policy_factory)
-        _check_collector_cls(collector_cls)
+        check_choice("backend", backend, BACKENDS)
+        check_choice("busy_policy", busy_policy, BUSY_POLICIES)
+        check_policy_arguments(policy, policy_factory)
+        check_collector_cls(collector_cls)
         if on_result is not None and not callable(on_result):
             raise TypeError(f"on_result must be a callable taking the result; got {on_result!r}.")
         options = dict(collector_kwargs or {})
@@ -196,7 +182,7 @@ class Evaluator:
         self._closing = False
         self._thread: threading.Thread | None = None
         where = "process" if backend == "thread" and weight_sync_schemes else backend
-        self._backend: EvaluationBackend = _build_backend(
+        self._backend: EvaluationBackend = build_backend(
             where,
             env,
             policy,
@@ -310,10 +296,11 @@ class Evaluator:
             self._async_requests.clear()
             self._async_lock.notify_all()
         self._backend.cancel()
+        deadline = time.monotonic() + timeout
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-        self._backend.close(timeout)
+        self._backend.close(max(0.0, deadline - time.monotonic()))
         with self._async_lock:
             self._ready_results.clear()
 
@@ -427,75 +414,3 @@ class Evaluator:
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
-
-
-def _check_choice(argument: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"Unknown {argument} {value!r}; choose one of {list(choices)}.")
-
-
-def _check_policy_arguments(policy: Any, policy_factory: Any) -> None:
-    if policy is not None and policy_factory is not None:
-        raise ValueError("Provide either `policy` or `policy_factory`, not both.")
-    if policy is None and policy_factory is None:
-        raise ValueError(
-            "A policy or a policy_factory must be provided: pass the evaluation policy, or "
-            "policy_factory=lambda env: make_policy(env)."
-        )
-    if policy_factory is not None and not callable(policy_factory):
-        raise TypeError(
-            f"policy_factory must be a callable (env) -> policy; got {policy_factory!r}."
-        )
-
-
-def _check_collector_cls(collector_cls: Any) -> None:
-    name = (
-        collector_cls
-        if isinstance(collector_cls, str)
-        else getattr(collector_cls, "__name__", None)
-    )
-    if collector_cls is not None and name != "Collector":
-        raise ValueError(
-            f"collector_cls={collector_cls!r}: evaluations run rlcollect's Collector (in the "
-            "worker process or actor for the other backends); leave collector_cls unset."
-        )
-
-
-def _build_backend(
-    backend: str,
-    env: Any,
-    policy: Any,
-    policy_factory: Callable[..., Any] | None,
-    settings: EvaluationSettings,
-    **options: Any,
-) -> EvaluationBackend:
-    """The backend `backend` names, after its own requirements are checked."""
-    if backend == "thread":
-        return LocalBackend(env, policy, policy_factory, settings)
-    if is_env(env) or not callable(env):
-        raise ValueError(
-            f"The {backend!r} backend needs `env` to be a callable (an env factory), because the "
-            f"env is built in the worker process or actor; got a {type(env).__name__}."
-        )
-    if policy_factory is None:
-        raise ValueError(
-            f"The {backend!r} backend needs `policy_factory` (a callable (env) -> policy), "
-            "because the policy is built in the worker process or actor; pass "
-            "policy_factory=... instead of policy=..."
-        )
-    if backend == "process":
-        return ProcessBackend(
-            env,
-            policy_factory,
-            settings,
-            init_fn=options["init_fn"],
-            weight_sync_schemes=options["weight_sync_schemes"],
-        )
-    return RayBackend(
-        env,
-        policy_factory,
-        settings,
-        init_fn=options["init_fn"],
-        num_gpus=options["num_gpus"],
-        ray_kwargs=options["ray_kwargs"],
-    )
