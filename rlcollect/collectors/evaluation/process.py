@@ -154,12 +154,15 @@ class ProcessBackend:
             describe=describe_command,
         )
         self._handles.append(handle)
+        self._busy = True  # building: cancel() ends it too
         try:
             layout: WeightsLayout = pickle.loads(handle.receive(self._startup_timeout))
             self._connect(handle, layout)
         except BaseException:
             self._let_go()
             raise
+        finally:
+            self._busy = False
         return handle
 
     def _connect(self, handle: WorkerHandle, layout: WeightsLayout) -> None:

@@ -140,3 +140,9 @@ def mark_init() -> None:
 
 def init_seen(batch: TensorDictBase) -> dict[str, float]:
     return {"init_pid": float(os.environ.get("RLC_EVALUATION_INIT", "-1"))}
+
+
+def slowly_built_env() -> CountingEnv:
+    """An env whose construction takes a minute (a simulator starting up)."""
+    time.sleep(60)
+    return CountingEnv()

@@ -21,6 +21,7 @@ from tests.collectors.evaluation.parts import (
     sign_policy,
     sign_policy_factory,
     slow_policy_factory,
+    slowly_built_env,
     where_and_what,
 )
 from tests.conftest import processes_gone
@@ -142,3 +143,12 @@ def test_shutdown_ends_an_evaluation_in_flight_within_its_timeout() -> None:
     evaluator.shutdown(timeout=5)
     assert time.monotonic() - started < 8
     assert not evaluator.pending
+
+
+def test_shutdown_ends_a_worker_still_building_its_env_within_its_timeout() -> None:
+    evaluator = process_evaluator(slowly_built_env, metrics_fn=None)
+    evaluator.trigger_eval()
+    time.sleep(1)
+    started = time.monotonic()
+    evaluator.shutdown(timeout=3)
+    assert time.monotonic() - started < 6
