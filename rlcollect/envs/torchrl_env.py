@@ -130,6 +130,10 @@ class TorchRLEnv(EnvBase):
         } - state
         next_keys = _tuple_keys(carrier.get(keys.NEXT))
         self._preset_keys = [key for key in next_keys if key not in produced]
+        # What moves from "next" to the next step's root, listed once per carrier (listing a
+        # lazily stacked spec's keys costs milliseconds).
+        observations = [keys.plain_key(key) for key in self.observation_keys]
+        self._carried = [*observations, *self.done_keys]
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         """Reset with nothing but the reset flags, as TorchRL's collector does: the carrier's
@@ -152,7 +156,7 @@ class TorchRLEnv(EnvBase):
         and flags move to the root, then TorchRL decides which groups of flags reset (a
         group's flags prevail over those nested under it) and merges the reset."""
         views = self._carrier_views()
-        carried = [*(keys.plain_key(key) for key in self.observation_keys), *self.done_keys]
+        carried = self._carried
         views.move_to_root(t, carried)
         flags = views.root(t + 1).select(*self.done_keys).clone()
         if not self.env.any_done(flags):  # writes the "_reset" flags it decided on
