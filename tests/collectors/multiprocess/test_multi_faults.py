@@ -131,7 +131,9 @@ def test_shutdown_ends_every_worker_quickly() -> None:
     pids = collector.process_ids()
     started = time.monotonic()
     collector.shutdown()
-    assert time.monotonic() - started < 2
+    # Idle workers close at once (0.1 s on an idle machine): a bound under the 5 s a worker
+    # gets to close (pool.CLOSE_TIMEOUT) before it is terminated, generous for a loaded machine.
+    assert time.monotonic() - started < 4
     assert gone(pids, 5)
 
 
