@@ -118,3 +118,11 @@ def test_scaling_benchmark_quick(tmp_path: Path) -> None:
         "ours-best",
     }
     assert (tmp_path / "scaling_cartpole.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_benchmark_quick() -> None:
+    output = run("ctrl_c.py", "--quick")
+    assert "all_s" in output
+    assert "'left': 0" in output, "a process outlived the measurement"

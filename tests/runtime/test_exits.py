@@ -32,7 +32,12 @@ ENDING = """
 @pytest.mark.parametrize(
     ("ending", "frozen"),
     [
-        ("import os, signal; os.kill(os.getpid(), signal.SIGINT)", True),
+        # Python's Ctrl-C handler first: a child of `pytest &` inherits an ignored SIGINT.
+        (
+            "import os, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "os.kill(os.getpid(), signal.SIGINT)",
+            True,
+        ),
         ("sys.exit(0)", False),
         ("raise ValueError('not an interrupt')", False),
     ],
