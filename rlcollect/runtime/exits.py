@@ -1,10 +1,10 @@
 """Prompt exits: the fork server, and a process that Ctrl-C ends, skip Python's last collections.
 
 The last thing a Python interpreter does is collect its garbage, more than once. With torch and
-its companions imported that walks some 300,000 objects: 2-3 s on an idle machine, over 10 s
-on a busy one, long after every worker is gone. After Ctrl-C a user waits that long for the
-prompt (or kills the job), and the fork server, which exits when its parent does, lingers as
-long again. Neither needs those collections:
+its companions imported that walks some 300,000 objects: 2-3 s with the load average at 4 on
+2 cores, over 10 s at 6-12, long after every worker is gone. After Ctrl-C a user waits that
+long for the prompt (or kills the job), and the fork server, which exits when its parent does,
+lingers as long again. Neither needs those collections:
 
 - the fork server holds nothing but the preloaded modules, so it ends at once
   (`os._exit(0)`) once its parent is gone;
