@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -68,7 +68,10 @@ class DeviceSplit:
     storing: torch.device
     # Whether `storing_device` or `device` was given: batches then carry that device even
     # when the env keeps none (a TorchRL env with device=None), as in TorchRL.
-    storing_is_explicit: bool = False
+    storing_is_explicit: bool = field(default=False, compare=False)
+    # Whether `policy_device` or `device` was given: the policy then reads TensorDicts on
+    # that device even when the env keeps none, as in TorchRL.
+    policy_is_explicit: bool = field(default=False, compare=False)
 
     @classmethod
     def resolve(
@@ -83,10 +86,15 @@ class DeviceSplit:
         common = parse_device(device, "device")
         own = canonical_device(torch.device(env_own_device))
         env = parse_device(env_device, "env_device") or common or own
-        policy = parse_device(policy_device, "policy_device") or common or env
-        explicit = parse_device(storing_device, "storing_device") or common
-        storing = explicit or env
-        return cls(env=env, policy=policy, storing=storing, storing_is_explicit=bool(explicit))
+        explicit_policy = parse_device(policy_device, "policy_device") or common
+        explicit_storing = parse_device(storing_device, "storing_device") or common
+        return cls(
+            env=env,
+            policy=explicit_policy or env,
+            storing=explicit_storing or env,
+            storing_is_explicit=explicit_storing is not None,
+            policy_is_explicit=explicit_policy is not None,
+        )
 
     @property
     def policy_crosses(self) -> bool:

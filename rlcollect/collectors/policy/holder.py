@@ -73,6 +73,7 @@ class PolicyHolder:
         device: torch.device,
         action_keys: Sequence[Any] = ("action",),
         acceleration: PolicyAcceleration | None = None,
+        device_is_explicit: bool = False,
     ) -> None:
         resolved = resolve_policy(policy, observation_keys, action_keys)
         # A plain module we wrapped: its extra outputs are named once its output is seen.
@@ -88,6 +89,8 @@ class PolicyHolder:
         self.acceleration = acceleration or PolicyAcceleration()
         # What to raise at the first step when the probe call wrote no action (see step_on).
         self.missing_action: str | None = None
+        # Whether `device` was asked for (policy_device or device), not a default.
+        self.device_is_explicit = device_is_explicit
         self._accelerated: dict[int, tuple[Any, Any]] = {}  # id -> (callable, what it wraps)
 
     def accelerated(self, policy: Any) -> Any:
@@ -164,6 +167,12 @@ class PolicyHolder:
                 f"TensorDict of parameters; got {type(weights).__name__}."
             )
 
+    @property
+    def reads_without_device(self) -> bool:
+        """Whether the policy has no device of its own (none asked for, no parameters or
+        buffers): it then reads TensorDicts without a device, as in TorchRL."""
+        return not self.device_is_explicit and not _parameter_devices(self.module)
+
     # --- the policy on a carrier ------------------------------------------------------------------
 
     def learn_outputs(
@@ -180,6 +189,8 @@ class PolicyHolder:
         if self.module is None:
             return None, action_keys, []
         root = root.exclude(keys.NEXT, *action_keys).to(self.device)
+        if self.reads_without_device:
+            root.clear_device_()
         self.name_extra_outputs(root)
         outputs, self.missing_action = probe_outputs(self.module, root, action_keys)
         output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
@@ -202,6 +213,8 @@ class PolicyHolder:
         if self.missing_action is not None:
             return MissingActionStep(self.missing_action)
         policy_device = self.device if self.device != carrier_device else None
+        if carrier.device is None and self.device_is_explicit:
+            policy_device = self.device  # a device-less env's TensorDicts get the device asked
         module = self.module
         grad_mode = policy_grad_mode(inference_mode, module)
         fast = self.acceleration.keeps_tensor_path and is_fast_module(module)
@@ -209,7 +222,8 @@ class PolicyHolder:
             call = self.accelerated(module.module)
             return ModuleStep(module, carrier, time_dim, policy_device, grad_mode, call)
         call = self.accelerated(module)
-        return DictStep(call, carrier, time_dim, output_keys, policy_device, grad_mode)
+        deviceless = self.reads_without_device
+        return DictStep(call, carrier, time_dim, output_keys, policy_device, grad_mode, deviceless)
 
     def state_dict(self) -> dict[str, Any]:
         """The policy's state dict (empty for random actions)."""

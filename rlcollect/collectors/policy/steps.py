@@ -94,9 +94,11 @@ class DictStep:
         output_keys: Sequence[NestedKey],
         policy_device: torch.device | None,
         grad_mode: AbstractContextManager[Any],
+        deviceless: bool = False,
     ) -> None:
         self._policy = policy
         self._grad_mode = grad_mode
+        self._deviceless = deviceless
         self._carrier = carrier
         self._time_dim = time_dim
         self._output_keys = list(output_keys)
@@ -119,6 +121,8 @@ class DictStep:
         request = root.exclude(*self._output_keys).copy()
         if self._device is not None:
             request = request.to(self._device, non_blocking=True)
+        elif self._deviceless and request.device is not None:
+            request.clear_device_()
         with self._grad_mode:
             result = self._policy(request)
         for key in self._output_keys:

@@ -387,7 +387,12 @@ class Collector(CollectorControl):
             observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
         action_keys = list(self.env.action_keys)
         self.policy = PolicyHolder(
-            policy, observation_keys, self.devices.policy, action_keys, acceleration
+            policy,
+            observation_keys,
+            self.devices.policy,
+            action_keys,
+            acceleration,
+            device_is_explicit=self.devices.policy_is_explicit,
         )
         lend_action_spec(policy, self.env)  # after: the holder draws random actions for it
         # Envs whose entries differ in shape (heterogeneous agents, dynamic specs) stack one

@@ -155,3 +155,16 @@ def test_policy_already_on_cuda_is_not_copied() -> None:
     )
     assert collector.policy.module is policy
     assert collector.next()["action"].device.type == "cpu"
+
+
+def test_the_split_remembers_which_devices_were_asked_for() -> None:
+    """Asked-for devices matter for envs and policies without a device of their own (TorchRL
+    moves their TensorDicts only to a device it was given)."""
+    assert not DeviceSplit.resolve(env_own_device=CPU).storing_is_explicit
+    assert not DeviceSplit.resolve(env_own_device=CPU).policy_is_explicit
+    split = DeviceSplit.resolve(env_own_device=CPU, device="cpu")
+    assert split.storing_is_explicit
+    assert split.policy_is_explicit
+    split = DeviceSplit.resolve(env_own_device=CPU, policy_device="cpu")
+    assert split.policy_is_explicit
+    assert not split.storing_is_explicit

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import Collector as TorchRLCollector
 from torchrl.envs import EnvCreator, InitTracker, TransformedEnv
 from torchrl.envs import GymEnv as TorchRLGymEnv
@@ -185,3 +186,46 @@ def test_a_batch_without_device_reaches_the_buffer_on_its_storage_device() -> No
     collector.shutdown()
     assert devices == [torch.device("cpu")] * 2
     assert len(buffer) == 16
+
+
+class DeviceRecorder(TensorDictModuleBase):
+    """A parameterless TensorDict policy that records the device of what it reads."""
+
+    in_keys = ["observation"]
+    out_keys = ["action"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.device | None] = []
+
+    def forward(self, tensordict):
+        self.seen.append(tensordict.device)
+        return tensordict.set("action", torch.ones(*tensordict.batch_size, 1))
+
+
+@pytest.mark.parametrize(
+    ("options", "policy_reads", "batch_device"),
+    [
+        ({}, None, None),
+        ({"policy_device": "cpu"}, torch.device("cpu"), None),
+        ({"storing_device": "cpu"}, None, torch.device("cpu")),
+        ({"device": "cpu"}, torch.device("cpu"), torch.device("cpu")),
+    ],
+)
+def test_a_device_less_env_moves_to_the_devices_asked_for(
+    options: dict, policy_reads: torch.device | None, batch_device: torch.device | None
+) -> None:
+    """A TorchRL env without a device: the policy reads TensorDicts on `policy_device` (or
+    `device`) when one is given, else without a device; batches carry `storing_device` (or
+    `device`) when given. As TorchRL's collector does."""
+    from torchrl.testing.mocking_classes import CountingEnv
+
+    for collector_class in (Collector, TorchRLCollector):
+        policy = DeviceRecorder()
+        collector = collector_class(
+            CountingEnv(device=None), policy, frames_per_batch=4, total_frames=4, **options
+        )
+        (batch,) = list(collector)
+        collector.shutdown()
+        assert set(policy.seen) == {policy_reads}, collector_class
+        assert batch.device == batch_device, collector_class
