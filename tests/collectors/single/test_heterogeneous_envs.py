@@ -10,7 +10,7 @@ import pytest
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, assert_close
 
-from rlcollect import Collector
+from rlcollect import Collector, ViewRequirement
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.stacked_carrier import StackedCarrierLayout
 from rlcollect.envs.torchrl_env import TorchRLEnv
@@ -212,3 +212,9 @@ def test_an_interrupted_batch_of_stacked_steps_goes_on_where_it_stopped() -> Non
         assert batch["next", "policy_version"].tolist() == [0] * 6
     counts = [step.shape[1] - 1 for step in second.get("observation", as_list=True)[:3]]
     assert counts == [3, 4, 0]  # the count goes on from the first batch's third step
+
+
+def test_trajectory_views_are_refused_for_stacked_steps() -> None:
+    views = {"prev_action": ViewRequirement("action", shift=-1)}
+    with pytest.raises(ValueError, match=r"view_requirements need one buffer .* Drop"):
+        Collector(mocks.EnvWithDynamicSpec(), frames_per_batch=4, view_requirements=views)
