@@ -207,7 +207,12 @@ class AsyncBatchedCollector(CollectorBase):
         check_unsupported(worker_affinity, driver_affinity, weight_sync_model_id)
         makers = env_makers(create_env_fn, create_env_kwargs)
         sizes = Sizes.of(
-            len(makers), envs_per_worker, transition_chunk_size, frames_per_batch, total_frames
+            len(makers),
+            envs_per_worker,
+            transition_chunk_size,
+            frames_per_batch,
+            total_frames,
+            whole_trajectories=bool(yield_completed_trajectories),
         )
         self._num_envs, self.num_workers = sizes.num_envs, sizes.num_workers
         self.envs_per_worker, self.chunk_size = sizes.envs_per_worker, sizes.chunk_size

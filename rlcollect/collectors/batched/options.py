@@ -225,7 +225,7 @@ def batch_rows(frames_per_batch: int, chunk: int, envs_per_worker: int) -> int:
             f"frames_per_batch={frames_per_batch} is not a multiple of a worker's chunk of "
             f"{per_chunk} frames ({envs_per_worker} env(s) x transition_chunk_size={chunk}); "
             f"each batch holds {chunks * per_chunk} frames.",
-            stacklevel=5,
+            stacklevel=4,
         )
     return chunks
 
@@ -252,9 +252,13 @@ class Sizes:
         transition_chunk_size: Any,
         frames_per_batch: Any,
         total_frames: Any,
+        whole_trajectories: bool = False,
     ) -> Sizes:
-        """Raises:
-        ValueError: `envs_per_worker` that does not divide the envs, or bad frame counts.
+        """The sizes; with `whole_trajectories`, `frames_per_batch` is a minimum and nothing is
+        rounded.
+
+        Raises:
+            ValueError: `envs_per_worker` that does not divide the envs, or bad frame counts.
         """
         per_worker = check_int("envs_per_worker", envs_per_worker)
         if per_worker < 1 or num_envs % per_worker:
@@ -264,8 +268,8 @@ class Sizes:
             )
         requested, total = validate_frames(frames_per_batch, total_frames)
         chunk = chunk_size_from(transition_chunk_size, requested, num_envs, per_worker)
-        chunks = batch_rows(requested, chunk, per_worker)
-        frames = chunks * chunk * per_worker
+        chunks = 1 if whole_trajectories else batch_rows(requested, chunk, per_worker)
+        frames = requested if whole_trajectories else chunks * chunk * per_worker
         return cls(
             num_envs=num_envs,
             envs_per_worker=per_worker,
@@ -274,5 +278,7 @@ class Sizes:
             chunks_per_batch=chunks,
             requested_frames=requested,
             frames_per_batch=frames,
-            total_frames=round_to_batches("total_frames", total, frames, 4),
+            total_frames=total
+            if whole_trajectories
+            else round_to_batches("total_frames", total, frames, 3),
         )
