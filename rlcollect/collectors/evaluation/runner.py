@@ -121,7 +121,7 @@ class EpisodeRunner:
         stop: Callable[[], bool] = lambda: False,
     ) -> dict[str, Any]:
         """Load `weights` (if any), play `num_trajectories` whole episodes and return their
-        raw metrics (see `metrics.py`); `stop` is asked between batches.
+        raw metrics (see `metrics.py`); `stop` is asked after every env step.
 
         Raises:
             EvaluationCancelledError: `stop` answered True.
@@ -172,7 +172,7 @@ class EpisodeRunner:
 
     def policy_state(self) -> dict[str, Any]:
         """The state dict of the policy the collector runs (empty for one without weights)."""
-        return dict(self.collector.state_dict()["policy_state_dict"])
+        return dict(self.collector.policy.state_dict())
 
     def close(self) -> None:
         """Shut the collector down and close the env."""
