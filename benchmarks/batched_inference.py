@@ -18,6 +18,7 @@ Rows:
 
     python benchmarks/batched_inference.py            # full run (best of 3 interleaved rounds)
     python benchmarks/batched_inference.py --quick    # smoke run (no 8-worker cases)
+    python benchmarks/batched_inference.py --from-logs run1.txt run2.txt   # report saved logs
 
 A second case widens the MLP to 4-1024-1024-2 (ours-thread, torchrl-shm, ours-multiasync), where
 one batched forward should beat one forward per worker.
@@ -27,10 +28,12 @@ Writes benchmarks/results/batched_inference.csv.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -225,6 +228,34 @@ def measure(cases: list[Key], frames: int, rounds: int) -> dict[Key, dict[str, f
     return best
 
 
+LOG_LINE = re.compile(
+    r"^round \d+: (?P<size>\w+) (?P<name>[\w-]+) x(?P<workers>\d+): (?P<result>\{.*\})$"
+)
+
+
+def best_from_logs(paths: list[str]) -> tuple[dict[Key, dict[str, float]], list[Key]]:
+    """The best result of each case in the printed logs of earlier runs (one interrupted by a
+    time limit, and one that measured the rest), with the cases in the order they appear."""
+    best: dict[Key, dict[str, float]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            match = LOG_LINE.match(line.strip())
+            if match is None:
+                continue
+            case = (match["size"], int(match["workers"]), match["name"])
+            result = ast.literal_eval(match["result"])
+            if result["fps"] > best.get(case, {"fps": 0.0})["fps"]:
+                best[case] = result
+    order = [
+        (size, workers, name)
+        for size, counts, names in CASES
+        for workers in counts
+        for name in names
+        if (size, workers, name) in best
+    ]
+    return best, order
+
+
 def ratio(best: dict[Key, dict[str, float]], size: str, workers: int, a: str, b: str) -> float:
     nan = {"fps": float("nan")}
     return best.get((size, workers, a), nan)["fps"] / best.get((size, workers, b), nan)["fps"]
@@ -277,7 +308,14 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", nargs="*", default=None, help="implementations to run")
+    parser.add_argument("--sizes", nargs="*", default=None, help="policy sizes to run")
+    parser.add_argument(
+        "--from-logs", nargs="*", default=None, help="report the printed logs of earlier runs"
+    )
     args = parser.parse_args()
+    if args.from_logs:
+        report(*best_from_logs(args.from_logs))
+        return
     frames = args.frames or (3_000 if args.quick else 10_000)
     if args.measure:
         warnings.simplefilter("ignore")
@@ -290,7 +328,9 @@ def main() -> None:
         for size, counts, names in CASES
         for workers in counts
         for name in names
-        if (args.only is None or name in args.only) and not (args.quick and workers == 8)
+        if (args.only is None or name in args.only)
+        and (args.sizes is None or size in args.sizes)
+        and not (args.quick and workers == 8)
     ]
     rounds = args.rounds or (1 if args.quick else 3)
     print(f"{frames} frames per measurement, best of {rounds} rounds, fpb={FRAMES_PER_BATCH}")
