@@ -334,6 +334,11 @@ class CollectorBase:
         """An attribute of the policy (`get_model("policy")`)."""
         return getattr(self.get_model(POLICY_MODEL_ID), attr)
 
+    @property
+    def replay_buffer(self) -> Any:
+        """The replay buffer this collector fills (None without one), as TorchRL names it."""
+        return self.options.replay_buffer
+
     def getattr_rb(self, attr: str) -> Any:
         """An attribute of the replay buffer this collector fills.
 

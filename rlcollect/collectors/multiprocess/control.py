@@ -123,6 +123,49 @@ class MultiCollectorControl(CollectorWithChildren):
         (reply,) = self.pool.request([self.pool.slots[0]], WorkerCommand.GETATTR_ENV, 0, payload)
         return unpack_env_attribute(pickle.loads(reply), attr)
 
+    def get_distant_attr(self, attr: str) -> list[Any]:
+        """What the attribute path `attr` names on each worker's collector, in worker order
+        (TorchRL's; e.g. `"worker_idx"` or `"replay_buffer.write_count"`)."""
+        replies = self.pool.request(
+            self.pool.slots, WorkerCommand.REMOTE, 0, pickle.dumps(("get", attr))
+        )
+        return [pickle.loads(reply) for reply in replies]
+
+    def map_fn(
+        self,
+        method_name: str,
+        list_of_args: Sequence[tuple[Any, ...]] | None = None,
+        list_of_kwargs: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Any]:
+        """Call the method `method_name` (an attribute path) on each worker's collector, with
+        that worker's entry of `list_of_args` / `list_of_kwargs` (none: no arguments), and
+        return the results in worker order (TorchRL's).
+
+        Raises:
+            ValueError: a list without one entry per worker.
+        """
+        count = self.num_workers
+        list_of_args = [()] * count if list_of_args is None else list(list_of_args)
+        list_of_kwargs = [{}] * count if list_of_kwargs is None else list(list_of_kwargs)
+        for name, entries in (("argument", list_of_args), ("keyword-argument", list_of_kwargs)):
+            if len(entries) != count:
+                raise ValueError(
+                    f"map_fn({method_name!r}): Expected {count} {name} entries, got "
+                    f"{len(entries)}: one per worker."
+                )
+        replies = [
+            self.pool.request(
+                [slot],
+                WorkerCommand.REMOTE,
+                0,
+                pickle.dumps(("call", method_name, tuple(args), dict(kwargs))),
+            )[0]
+            for slot, args, kwargs in zip(
+                self.pool.slots, list_of_args, list_of_kwargs, strict=True
+            )
+        ]
+        return [pickle.loads(reply) for reply in replies]
+
     def frames_per_batch_worker(self, *, worker_idx: int | None = None) -> int:
         """Frames a worker collects per batch (worker 0's when `worker_idx` is None), as
         TorchRL's.
@@ -213,11 +256,14 @@ class MultiCollectorControl(CollectorWithChildren):
         if self._final is not None and not self.pool.is_open:
             return self._final[0]
         replies = self.pool.request(self.pool.slots, WorkerCommand.STATE_DICT)
+        workers = [pickle.loads(reply) for reply in replies]
         return {
             "frames": self.frames,
             "iterations": self.iterations,
             "policy_version": self.policy_version,
-            "workers": [pickle.loads(reply) for reply in replies],
+            "workers": workers,
+            # TorchRL's layout too: each worker's state under "worker0", "worker1", ...
+            **{f"worker{index}": state for index, state in enumerate(workers)},
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

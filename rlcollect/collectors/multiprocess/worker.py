@@ -56,6 +56,7 @@ class WorkerCommand(enum.IntEnum):
     GETATTR_ENV = 15
     UPDATE_MODELS = 16  # weights of models other than the policy, pickled
     MODEL_LAYOUT = 17  # names, shapes and dtypes of a model's weights
+    REMOTE = 18  # get_distant_attr / map_fn on the worker's collector, pickled
 
 
 describe_command = command_describer(
@@ -184,6 +185,7 @@ class CollectorServer:
             WorkerCommand.GETATTR_ENV: self.getattr_env,
             WorkerCommand.UPDATE_MODELS: self.update_models,
             WorkerCommand.MODEL_LAYOUT: self.model_layout,
+            WorkerCommand.REMOTE: self.remote,
         }
 
     @staticmethod
@@ -292,6 +294,15 @@ class CollectorServer:
         except Exception as err:  # any pickling failure is answered, not raised
             why = f"a {type(answer[1]).__name__} cannot be sent back from the worker ({err})"
             return pickle.dumps((None, why))
+
+    def remote(self, _: int, payload: bytes) -> bytes:
+        """TorchRL's remote helpers on this worker's collector: `("get", path)` answers
+        `get_distant_attr(path)`, `("call", path, args, kwargs)` calls what `path` names."""
+        kind, path, *call = pickle.loads(payload)
+        if kind == "get":
+            return pickle.dumps(self.collector.get_distant_attr(path))
+        args, kwargs = call
+        return pickle.dumps(self.collector.map_fn(path, [args], [kwargs])[0])
 
     def assign_trajectory_ids(self, _: int, payload: bytes) -> bytes:
         self.collector.assign_trajectory_ids(*pickle.loads(payload))
