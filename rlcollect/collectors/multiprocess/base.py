@@ -28,6 +28,7 @@ from rlcollect.collectors.multiprocess.options import (
     check_worker_arguments,
     fault_options_for_children,
     in_worker_process,
+    preempts,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.shared_buffer import prepare_shared_buffer
@@ -134,7 +135,7 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.preemptive_threshold = check_preemptive_threshold(preemptive_threshold)
         # Shared with every worker's collector, which polls it after each env step.
-        self.interruptor = None if self.preemptive_threshold is None else SharedInterruptor()
+        self.interruptor = SharedInterruptor() if preempts(self.preemptive_threshold) else None
         self.worker_idx = worker_idx
         self._init_fn = init_fn
         check_options(collector_class, collector_options)

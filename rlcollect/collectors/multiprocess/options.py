@@ -48,7 +48,7 @@ def check_worker_arguments(
 
 def check_preemptive_threshold(value: Any) -> float | None:
     """TorchRL's `preemptive_threshold` as a float in [0, 1], or None (never preempt; 1.0
-    preempts nobody either, as in TorchRL)."""
+    preempts nobody either, as in TorchRL: see `preempts`)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -61,7 +61,13 @@ def check_preemptive_threshold(value: Any) -> float | None:
             f"preemptive_threshold={value!r} must be between 0.0 and 1.0 (the share of "
             "workers that finish their batch before the others are cut short), or None."
         )
-    return float(value) if value < 1.0 else None
+    return float(value)
+
+
+def preempts(threshold: float | None) -> bool:
+    """Whether a checked `preemptive_threshold` ever cuts a worker's batch short (1.0 waits
+    for every worker, as None does)."""
+    return threshold is not None and threshold < 1.0
 
 
 class SharedInterruptor:

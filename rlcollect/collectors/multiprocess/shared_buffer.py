@@ -43,13 +43,29 @@ def prepare_shared_buffer(buffer: Any, spec: WorkerSpec) -> None:
     buffer.empty()
 
 
+WHOLE_EPISODE_OPTIONS = ("trajs_per_batch", "traj_format", "trajs_per_write", "batch_mode")
+
+
+def writes_flat_episodes(options: dict[str, Any]) -> bool:
+    """Whether a collector built with `options` writes whole episodes, flat, to its buffer."""
+    return (
+        options.get("trajs_per_batch") is not None
+        or options.get("batch_mode") == "complete_episodes"
+    )
+
+
 def prototype_batch(spec: WorkerSpec) -> TensorDictBase:
     """Zeros laid out as one batch that `spec`'s collector writes to a replay buffer: one step
     of that collector (built here, with its env, policy and options, and shut down), repeated
     along time to the worker's batch length, without dim names (TorchRL's storages take none).
+    A worker that writes whole episodes (`trajs_per_batch`, `batch_mode="complete_episodes"`)
+    writes them flat, one dim whatever its env's batch shape: so is its prototype.
     """
     options = dict(spec.collector_kwargs)
     options["init_random_frames"] = None  # the layout of a policy step
+    flat = writes_flat_episodes(options)
+    for name in WHOLE_EPISODE_OPTIONS:
+        options.pop(name, None)  # one plain step, whatever the worker batches
     probe = replace(
         spec,
         frames_per_batch=1,
@@ -65,6 +81,8 @@ def prototype_batch(spec: WorkerSpec) -> TensorDictBase:
         step = collector.next()
     finally:
         collector.shutdown()
+    if flat:
+        step = step.reshape(-1)
     envs = step.batch_size[:-1].numel()
     steps = math.ceil(spec.frames_per_batch / envs)
     batch = step[..., :1].expand(*step.batch_size[:-1], steps).clone().zero_()

@@ -56,7 +56,7 @@ def scheme_from_backend(registry: Registry, backend: Any, **kwargs: Any) -> Any:
         )
     if backend not in BACKENDS:
         raise ValueError(
-            f"unknown weight-sync backend {backend!r}; expected one of {sorted(BACKENDS)}."
+            f"Unsupported weight-sync backend {backend!r}; expected one of {sorted(BACKENDS)}."
         )
     cls = registry[BACKENDS[backend]]
     return cls(**torchrl_options(cls, kwargs))

@@ -99,6 +99,7 @@ def test_no_preemption_by_default_or_at_one(threshold: float | None) -> None:
     ) as collector:
         batch = collector.next()
         assert collector.interruptor is None
+        assert collector.preemptive_threshold == threshold  # as given (TorchRL's attribute)
     assert keys.MASK not in batch.keys(include_nested=True)
     assert bool((batch[keys.TRAJ_IDS] >= 0).all())
 

@@ -65,3 +65,53 @@ def test_workers_fill_a_torchrl_buffer_as_torchrl_does(
     assert ours["breaks"] == 0
     assert ours["trajectories"] >= 2
     assert processes_gone(ours["pids"], 10)
+
+
+def short_cartpole() -> Any:
+    """TorchRL's CartPole, its episodes cut at 5 steps (many whole episodes per batch)."""
+    from torchrl.envs import GymEnv, StepCounter, TransformedEnv
+
+    return TransformedEnv(GymEnv("CartPole-v1"), StepCounter(5))
+
+
+def two_short_cartpoles() -> Any:
+    from torchrl.envs import SerialEnv
+
+    return SerialEnv(2, short_cartpole)
+
+
+@pytest.mark.parametrize(
+    ("builder", "env_maker"),
+    [("MultiSyncCollector", short_cartpole), ("MultiAsyncCollector", two_short_cartpoles)],
+)
+def test_workers_write_whole_episodes_flat_to_a_lazy_torchrl_buffer(
+    builder: str, env_maker: Any
+) -> None:
+    """TorchRL's `trajs_per_batch` with its replay buffer: each worker writes its whole
+    episodes as one flat run of steps (a 1-D storage whatever the env's batch shape), never
+    a partial one; the lazy storage is laid out flat before the workers start."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    buffer = ReplayBuffer(storage=LazyTensorStorage(1000), shared=True)
+    collector = getattr(rlcollect.collectors, builder)(
+        [env_maker, env_maker],
+        None,
+        replay_buffer=buffer,
+        frames_per_batch=40,
+        total_frames=120,
+        trajs_per_batch=2,
+    )
+    try:
+        pids = [worker["pid"] for worker in collector.stats()["workers"]]
+        assert all(batch is None for batch in collector)
+    finally:
+        collector.shutdown()
+    stored = buffer.storage[: len(buffer)]
+    assert stored.batch_dims == 1
+    assert len(buffer) >= 120
+    ids, done = stored["collector", "traj_ids"], stored["next", "done"].squeeze(-1)
+    for trajectory in ids.unique():
+        steps = (ids == trajectory).nonzero().squeeze(-1)
+        assert bool(done[steps[-1]]), f"trajectory {int(trajectory)} stored without its end"
+        assert int(stored["next", "step_count"][steps[-1]]) == len(steps) <= 5
+    assert processes_gone(pids, 10)

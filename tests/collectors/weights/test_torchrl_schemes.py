@@ -69,7 +69,10 @@ def test_init_on_sender_checks_the_model_id() -> None:
             lambda: WeightSyncScheme.from_backend("distributed"),
             r"DistributedWeightSyncScheme.*RayWeightSyncScheme",
         ),
-        (lambda: WeightSyncScheme.from_backend("pigeon"), r"unknown weight-sync backend 'pigeon'"),
+        (
+            lambda: WeightSyncScheme.from_backend("pigeon"),
+            r"Unsupported weight-sync backend 'pigeon'",
+        ),
         (lambda: WeightSyncScheme.from_backend("process", sync=False), r"sync=False"),
         (lambda: WeightSyncScheme.from_backend("shared", strategy="bytes"), r"strategy='bytes'"),
         (
