@@ -14,10 +14,12 @@ from rlcollect.collectors.children import (
     episode_layout,
     gather_batches,
     gather_episodes,
+    resolve_children,
 )
 from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 from rlcollect.collectors.multiprocess.pool import WorkerSlot
 from rlcollect.collectors.multiprocess.worker import WorkerCommand
+from rlcollect.collectors.sampling.whole_episodes import EpisodeQueue
 
 
 def mark_valid_frames(batch: TensorDictBase) -> TensorDictBase:
@@ -122,6 +124,7 @@ class MultiSyncCollector(MultiCollectorBase):
             )
         self.cat_results = cat_results
         self._episode_layout = episode_layout(options)
+        self._episode_queue, options = self._queue_whole_episodes(create_env_fn, options)
         if options.get("preemptive_threshold") is not None and self._episode_layout:
             raise ValueError(
                 f"preemptive_threshold={options['preemptive_threshold']!r} cannot be used with "
@@ -132,6 +135,29 @@ class MultiSyncCollector(MultiCollectorBase):
         if self.interruptor is not None:
             self._preempted = mark_valid_frames if cat_results == "stack" else drop_invalid_steps
 
+    def _queue_whole_episodes(
+        self, create_env_fn: Any, options: dict[str, Any]
+    ) -> tuple[EpisodeQueue | None, dict[str, Any]]:
+        """TorchRL's `trajs_per_batch=N` counts the episodes of a gathered batch: each worker
+        then batches `ceil(N / W)` of its own, flat, and this collector hands them out N at a
+        time (workers that write a replay buffer write their own N, as TorchRL's do)."""
+        count = options.get("trajs_per_batch")
+        if count is None or options.get("replay_buffer") is not None:
+            return None, options
+        _, workers = resolve_children(
+            create_env_fn, options.get("num_workers"), "num_workers", "worker"
+        )
+        each = -(-count // workers) if isinstance(count, int) and count > 0 else count
+        queue = EpisodeQueue(count, self._episode_layout or "padded")
+        return queue, {**options, "trajs_per_batch": each, "traj_format": "cat"}
+
+    @property
+    def is_done(self) -> bool:
+        """Whether `total_frames` have been collected and, with `trajs_per_batch`, no whole
+        batch of the episodes already collected is left to yield."""
+        queue = self._episode_queue
+        return super().is_done and (queue is None or not queue.has_batch())
+
     def next(self) -> TensorDictBase | None:
         """Collect one batch from every worker and return them gathered (None when the
         workers fill a replay buffer).
@@ -141,14 +167,10 @@ class MultiSyncCollector(MultiCollectorBase):
         """
         if self.is_done:
             raise StopIteration
-        self._before_batch()
-        if self.update_at_each_batch and self.weights.readable:
-            self.update_policy_weights_()
-        slots = self.pool.slots
-        self._collect_round(slots)
+        if self._episode_queue is not None:
+            return self._next_episodes(self._episode_queue)
+        slots = self._round()
         self.iterations += 1
-        for slot in slots:
-            slot.has_batch = False
         if self.options.replay_buffer is not None:
             return None  # the workers wrote the batch, and the pool counted it
         batches = [slot.batch_with_extras() for slot in slots]
@@ -162,6 +184,29 @@ class MultiSyncCollector(MultiCollectorBase):
         else:
             batch = gather_episodes(batches, self._episode_layout)
         return self._finish(batch)
+
+    def _round(self) -> Sequence[WorkerSlot]:
+        """A batch from every worker (the policy's weights sent first, where asked)."""
+        self._before_batch()
+        if self.update_at_each_batch and self.weights.readable:
+            self.update_policy_weights_()
+        slots = self.pool.slots
+        self._collect_round(slots)
+        for slot in slots:
+            slot.has_batch = False
+        return slots
+
+    def _next_episodes(self, queue: EpisodeQueue) -> TensorDictBase:
+        """`trajs_per_batch` episodes, from the queue, after as many rounds of the workers
+        as it takes to fill it."""
+        while not queue.has_batch():
+            if super().is_done:
+                raise StopIteration  # what is still queued or running is not a whole batch
+            slots = self._round()
+            self._frames += sum(slot.last_frames for slot in slots)
+            queue.add(gather_episodes([slot.batch_with_extras() for slot in slots], "cat"))
+        self.iterations += 1
+        return self._finish(queue.take_batch())
 
     def _collect_round(self, slots: Sequence[WorkerSlot]) -> None:
         """One batch from every worker. With `preemptive_threshold`, once that share of them

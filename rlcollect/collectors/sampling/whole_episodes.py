@@ -15,15 +15,18 @@ episode once it ends done. The collector then yields:
 
 Episodes still running when `total_frames` is reached are incomplete and not yielded.
 
-Each worker of a multi-process collector and each Ray actor assembles its own episodes; the
-gathering collectors (`MultiSyncCollector`, `RayCollector(sync=True)`) join one batch of each,
-whose lengths differ: flat ones concatenated along time (worker after worker), padded ones padded
-to the longest episode and concatenated along trajectories. The asynchronous ones yield each
-worker's batch as it is.
+Each worker of a multi-process collector and each Ray actor assembles its own episodes. Under
+`trajs_per_batch=N`, `MultiSyncCollector` yields N episodes in all, as TorchRL's does: its workers
+batch `ceil(N / W)` each, flat, and an `EpisodeQueue` hands them out N at a time. Otherwise the
+gathering collectors (`MultiSyncCollector`, `RayCollector(sync=True)`, whose actors batch N each)
+join one batch of each, whose lengths differ: flat ones concatenated along time (worker after
+worker), padded ones padded to the longest episode and concatenated along trajectories. The
+asynchronous ones yield each worker's batch as it is.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections import deque
 from collections.abc import Sequence
@@ -162,7 +165,7 @@ class EpisodeAssembler:
     def take_batch(self) -> TensorDictBase:
         """The next batch of whole episodes, in the mode's layout."""
         count = self.mode.count if self.mode.count is not None else len(self._ready)
-        return self._layout(self._take(count), self.mode.layout)
+        return lay_out_episodes(self._take(count), self.mode.layout)
 
     def take_writes(self) -> list[TensorDictBase]:
         """What a replay buffer is extended with now, as TorchRL writes it: under
@@ -170,11 +173,13 @@ class EpisodeAssembler:
         of them in one when None; the last extend may hold fewer); under complete_episodes,
         one flat run once `frames_per_batch` frames are ready."""
         if self.mode.count is None:
-            return [self._layout(self._take(len(self._ready)), "cat")] if self.has_batch() else []
+            if not self.has_batch():
+                return []
+            return [lay_out_episodes(self._take(len(self._ready)), "cat")]
         writes = []
         while self._ready:
             count = min(self.mode.per_write or len(self._ready), len(self._ready))
-            writes.append(self._layout(self._take(count), "cat"))
+            writes.append(lay_out_episodes(self._take(count), "cat"))
         return writes
 
     def _take(self, count: int) -> list[TensorDictBase]:
@@ -182,13 +187,53 @@ class EpisodeAssembler:
         self.ready_frames -= sum(episode.numel() for episode in episodes)
         return episodes
 
-    @staticmethod
-    def _layout(episodes: list[TensorDictBase], layout: str) -> TensorDictBase:
-        flat = cast(TensorDictBase, torch.cat(episodes, 0))  # type: ignore[arg-type]
-        flat.refine_names(keys.TIME_DIM_NAME)
-        if layout == "cat":
-            return flat
-        return split_trajectories(flat)
+
+def lay_out_episodes(episodes: list[TensorDictBase], layout: str) -> TensorDictBase:
+    """Flat episodes as one batch: concatenated along time ("cat"), or one zero-padded row
+    each with `("collector", "mask")` ("padded")."""
+    flat = cast(TensorDictBase, torch.cat(episodes, 0))  # type: ignore[arg-type]
+    flat.refine_names(keys.TIME_DIM_NAME)
+    if layout == "cat":
+        return flat
+    return split_trajectories(flat)
+
+
+class EpisodeQueue:
+    """TorchRL's `trajs_per_batch` over several workers: its batches hold `count` episodes in
+    all, not `count` of each worker. The workers' flat runs of whole episodes (each episode
+    contiguous, told apart by its trajectory id) queue here, oldest first, and leave `count`
+    at a time in `layout`; what a round of the workers brings beyond a batch waits for the
+    next one.
+
+    Args:
+        count: episodes per batch.
+        layout: "padded" or "cat", as `traj_format`.
+    """
+
+    def __init__(self, count: int, layout: str) -> None:
+        self.count = count
+        self.layout = layout
+        self._episodes: deque[TensorDictBase] = deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._episodes)
+
+    def add(self, flat: TensorDictBase) -> None:
+        """Queue the episodes of a flat `[frames]` run (a worker's, or several in turn)."""
+        if flat.numel() == 0:
+            return
+        ids = flat.get(keys.TRAJ_IDS).reshape(flat.shape[0], -1)[:, 0]
+        starts = (torch.nonzero(ids[1:] != ids[:-1]).squeeze(-1) + 1).tolist()
+        bounds = [0, *starts, flat.shape[0]]
+        self._episodes.extend(flat[start:end] for start, end in itertools.pairwise(bounds))
+
+    def has_batch(self) -> bool:
+        return len(self._episodes) >= self.count
+
+    def take_batch(self) -> TensorDictBase:
+        """The oldest `count` episodes, laid out."""
+        return lay_out_episodes([self._episodes.popleft() for _ in range(self.count)], self.layout)
 
 
 def refuse_with_whole_episodes(
