@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import cloudpickle
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.children import (
@@ -95,6 +96,35 @@ class MultiCollectorControl(CollectorWithChildren):
             own = dataclasses.replace(config, save_path=config.trace_path(index))
             slot = self.pool.slots[index]
             self.pool.request([slot], WorkerCommand.PROFILE, payload=pickle.dumps(own))
+
+    @property
+    def pre_collect_hook(self) -> Callable[[], None] | None:
+        """Called with no argument before each worker collects a batch, in the worker's process
+        (TorchRL's attribute: setting it reaches every worker, a restarted one too)."""
+        return self.pool.specs[0].collector_kwargs.get("pre_collect_hook")
+
+    @pre_collect_hook.setter
+    def pre_collect_hook(self, hook: Callable[[], None] | None) -> None:
+        self._set_workers_hook("pre_collect_hook", hook)
+
+    @property
+    def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:
+        """Called with each batch a worker has collected, in the worker's process (TorchRL's
+        attribute: setting it reaches every worker, a restarted one too)."""
+        return self.pool.specs[0].collector_kwargs.get("post_collect_hook")
+
+    @post_collect_hook.setter
+    def post_collect_hook(self, hook: Callable[[TensorDictBase], None] | None) -> None:
+        self._set_workers_hook("post_collect_hook", hook)
+
+    def _set_workers_hook(self, name: str, hook: Callable[..., Any] | None) -> None:
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{name} must be a callable or None; got {hook!r}.")
+        self._check_idle(f"setting {name}")
+        payload = cloudpickle.dumps(("set", name, hook))  # closures and lambdas travel too
+        self.pool.request(self.pool.slots, WorkerCommand.REMOTE, 0, payload)
+        for spec in self.pool.specs:  # what a restarted worker is built with
+            spec.collector_kwargs[name] = hook
 
     def profile_with(self, config: ProfileConfig) -> None:
         """As a worker of a parent collector: profile this collector's first worker."""

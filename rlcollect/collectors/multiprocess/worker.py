@@ -297,10 +297,14 @@ class CollectorServer:
 
     def remote(self, _: int, payload: bytes) -> bytes:
         """TorchRL's remote helpers on this worker's collector: `("get", path)` answers
-        `get_distant_attr(path)`, `("call", path, args, kwargs)` calls what `path` names."""
+        `get_distant_attr(path)`, `("call", path, args, kwargs)` calls what `path` names,
+        `("set", name, value)` sets the collector's attribute (its collect hooks)."""
         kind, path, *call = pickle.loads(payload)
         if kind == "get":
             return pickle.dumps(self.collector.get_distant_attr(path))
+        if kind == "set":
+            setattr(self.collector, path, *call)
+            return b""
         args, kwargs = call
         return pickle.dumps(self.collector.map_fn(path, [args], [kwargs])[0])
 

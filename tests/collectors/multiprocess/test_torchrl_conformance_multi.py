@@ -6,6 +6,10 @@ buffer instead of running TorchRL's side by side."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 import pytest
 from torchrl.envs import EnvCreator
 from torchrl.envs import GymEnv as TorchRLGymEnv
@@ -45,3 +49,33 @@ def test_remote_helpers_state_layout_and_env_creators(
     finally:
         collector.shutdown()
         buffer.close()
+
+
+@pytest.mark.timeout(300)
+def test_collect_hooks_set_on_the_parent_run_in_every_worker(
+    tmp_path: Path, no_leftover_children: None
+) -> None:
+    """TorchRL's `collector.pre_collect_hook = ...` / `post_collect_hook = ...` on a
+    multi-process collector: each worker runs them around its own batches (closures travel)."""
+
+    def pre_hook() -> None:
+        (tmp_path / f"pre-{os.getpid()}").touch()
+
+    def post_hook(batch: Any) -> None:
+        (tmp_path / f"post-{os.getpid()}-{batch.numel()}").touch()
+
+    collector = MultiSyncCollector([cartpole, cartpole], None, frames_per_batch=16, total_frames=32)
+    try:
+        assert collector.pre_collect_hook is None
+        collector.pre_collect_hook = pre_hook
+        collector.post_collect_hook = post_hook
+        assert collector.pre_collect_hook is pre_hook
+        pids = sorted(worker["pid"] for worker in collector.stats()["workers"])
+        list(collector)
+        with pytest.raises(TypeError, match=r"post_collect_hook must be a callable or None"):
+            collector.post_collect_hook = "print"
+    finally:
+        collector.shutdown()
+    written = sorted(path.name for path in tmp_path.iterdir())
+    assert written == sorted([f"pre-{pid}" for pid in pids] + [f"post-{pid}-8" for pid in pids])
+    assert os.getpid() not in pids
