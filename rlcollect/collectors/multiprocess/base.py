@@ -23,6 +23,7 @@ from rlcollect.collectors.children import check_options, resolve_children
 from rlcollect.collectors.multiprocess.control import MultiCollectorControl
 from rlcollect.collectors.multiprocess.ledger import WriteLedger
 from rlcollect.collectors.multiprocess.options import (
+    WORKER_TIMEOUT,
     SharedInterruptor,
     check_preemptive_threshold,
     check_worker_arguments,
@@ -98,7 +99,7 @@ class MultiCollectorBase(MultiCollectorControl):
         weight_recv_schemes: Mapping[str, Any] | None = None,
         policy_factory: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None,
         restart_dead_workers: bool = False,
-        worker_timeout: float | None = 300.0,
+        worker_timeout: float | None = WORKER_TIMEOUT,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
         split_trajs: bool = False,
         compact_obs: bool = False,

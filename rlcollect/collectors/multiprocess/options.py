@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import numbers
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,32 @@ import torch
 
 from rlcollect.collectors.children import per_child_factories
 from rlcollect.collectors.single.setup import refuse_weight_updater
+
+
+def default_worker_timeout() -> float:
+    """Seconds a worker may take to answer unless `worker_timeout` says otherwise: 300, or
+    the `MAX_IDLE_COUNT` environment variable, which TorchRL's multi-process collectors read
+    (at import, as here) for how long they wait on a silent worker.
+
+    Raises:
+        ValueError: `MAX_IDLE_COUNT` set to something other than a positive number.
+    """
+    given = os.environ.get("MAX_IDLE_COUNT")
+    if given is None:
+        return 300.0
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(
+            f"the environment variable MAX_IDLE_COUNT={given!r} must be a positive number of "
+            "seconds (how long a collector waits on a silent worker), or unset (300)."
+        )
+    return seconds
+
+
+WORKER_TIMEOUT = default_worker_timeout()
 
 
 def check_worker_arguments(

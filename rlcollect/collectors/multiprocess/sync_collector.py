@@ -81,6 +81,7 @@ class MultiSyncCollector(MultiCollectorBase):
             weights, which `update_policy_weights_()` reads.
         restart_dead_workers: replace a worker that dies, with the current weights.
         worker_timeout: seconds a worker may take to answer (a batch included); None waits.
+            300 by default, or the `MAX_IDLE_COUNT` environment variable as in TorchRL.
         postproc, split_trajs, compact_obs: run here, on the gathered batch (in the workers,
             before they write, with a replay buffer).
         store_obs_once: ours (see `Collector`); here, on the gathered batch.

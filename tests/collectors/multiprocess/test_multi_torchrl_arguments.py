@@ -249,3 +249,42 @@ def test_float_done_flags_in_a_worker() -> None:
     assert batch["next", "done"].dtype == torch.float32
     assert batch["next", "observation"][0, :, 0].tolist() == [1, 2, 3, 1, 2, 3, 1, 2]
     assert batch[keys.TRAJ_IDS][0].tolist() == [0, 0, 0, 2, 2, 2, 4, 4]
+
+
+# --- MAX_IDLE_COUNT -------------------------------------------------------------------------------
+
+IDLE_SCRIPT = """
+from rlcollect import MultiSyncCollector
+from tests.collectors.multiprocess.test_multi_torchrl_arguments import slow_counting_env
+
+if __name__ == "__main__":
+    with MultiSyncCollector([slow_counting_env], frames_per_batch=40) as collector:
+        print("worker_timeout", collector.pool.worker_timeout, flush=True)
+        collector.next()  # 40 steps of 50 ms
+    print("collected", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("idle", ["0.5", "never"])
+def test_max_idle_count_bounds_the_wait_on_a_silent_worker(idle: str) -> None:
+    """TorchRL's `MAX_IDLE_COUNT` environment variable: how long the collector waits on a
+    worker unless `worker_timeout` is given; a value that is no number is refused, naming it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", IDLE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "MAX_IDLE_COUNT": idle},
+        cwd=Path(__file__).parents[3],
+    )
+    assert done.returncode != 0
+    assert "collected" not in done.stdout
+    if idle == "never":
+        assert "MAX_IDLE_COUNT='never' must be a positive number of seconds" in done.stderr
+    else:
+        assert "worker_timeout 0.5" in done.stdout
+        assert "0.5" in done.stderr, done.stderr[-2000:]
