@@ -170,8 +170,11 @@ class MultiCollectorBase(MultiCollectorControl):
         self._in_background = False
         self._watchdog: Watchdog | None = None
         self._pauses = 0
+        # This process's torch threads while the workers run, given back at shutdown.
+        self._threads_before: int | None = None
         if num_threads is not None or not in_worker_process():
             cores = os.cpu_count() or 1
+            self._threads_before = torch.get_num_threads()
             torch.set_num_threads(num_threads or max(1, cores - num_workers))
         specs = self._worker_specs(
             env_makers,
@@ -423,6 +426,9 @@ class MultiCollectorBase(MultiCollectorControl):
         self.pool.close()
         self.ledger.release()
         self.scheme.close()
+        threads, self._threads_before = self._threads_before, None
+        if threads is not None:
+            torch.set_num_threads(threads)  # as before this collector (TorchRL's)
 
     def _stop_watchdog(self) -> None:
         watchdog, self._watchdog = self._watchdog, None

@@ -70,7 +70,8 @@ class MultiSyncCollector(MultiCollectorBase):
         worker_idx: this collector's own index, when it runs inside another collector.
         weight_updater: only None (TorchRL's legacy updater is refused; use
             `weight_sync_schemes`).
-        num_threads: torch threads of this process (default `max(1, cores - workers)`).
+        num_threads: torch threads of this process while the workers run (default
+            `max(1, cores - workers)`); shutdown gives back the number it had before.
         num_sub_threads: torch threads of each worker (default 1).
         weight_sync_schemes: `{"policy": scheme}`; `SharedMemWeightSyncScheme` by default.
         weight_recv_schemes: `{"policy": receiver}` polled before every batch; what it

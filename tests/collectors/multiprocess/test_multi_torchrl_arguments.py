@@ -288,3 +288,27 @@ def test_max_idle_count_bounds_the_wait_on_a_silent_worker(idle: str) -> None:
     else:
         assert "worker_timeout 0.5" in done.stdout
         assert "0.5" in done.stderr, done.stderr[-2000:]
+
+
+# --- num_threads ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_threads", [None, 3])
+def test_torch_threads_are_given_back_at_shutdown(
+    num_threads: int | None, no_leftover_children: None
+) -> None:
+    """The parent runs with fewer torch threads while its workers run (or `num_threads`), and
+    has its own number back after shutdown, as TorchRL's collectors do."""
+    before = torch.get_num_threads()
+    try:
+        collector = MultiSyncCollector(
+            [counting_env], frames_per_batch=8, total_frames=8, num_threads=num_threads
+        )
+        expected = num_threads or max(1, (os.cpu_count() or 1) - 1)
+        assert torch.get_num_threads() == expected
+        list(collector)
+        collector.shutdown()
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)
