@@ -300,8 +300,33 @@ class CollectorWithChildren(CollectorBase):
     def _update_weights(
         self, source: Any, policy_id: str | None, worker_ids: Any, timeout: float | None
     ) -> None:
-        checked = self.weights.checked(source, policy_id)
-        self.apply_weights(checked, self.policy_version + 1, timeout, worker_ids)
+        version = self.policy_version + 1
+        if not is_per_child(source):
+            checked = self.weights.checked(source, policy_id)
+            self.apply_weights(checked, version, timeout, worker_ids)
+            return
+        if worker_ids is not None:
+            raise ValueError(
+                f"update_policy_weights_ got weights per child (keys {sorted(source)}) and "
+                f"worker_ids={worker_ids!r}; the keys already name the children: drop one."
+            )
+        # TorchRL's per-worker weights, `{worker_index: weights}`: all checked before any is
+        # sent, each to its own child, as one version.
+        every = {
+            index: self.weights.checked(weights, policy_id) for index, weights in source.items()
+        }
+        for index, checked in every.items():
+            self.apply_weights(checked, version, timeout, int(index))
+
+
+def is_per_child(source: Any) -> bool:
+    """Whether `update_policy_weights_` was given TorchRL's per-worker weights: a mapping
+    from child indices to weights (a state dict's keys are names)."""
+    return (
+        isinstance(source, Mapping)
+        and bool(source)
+        and all(isinstance(key, numbers.Integral) and not isinstance(key, bool) for key in source)
+    )
 
 
 # A child's answer to `getattr_env`: (True, the value), (False, the AttributeError's message),

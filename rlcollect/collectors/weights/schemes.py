@@ -111,7 +111,8 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
     multi-process collectors for `nn.Module` policies.
 
     `per_worker_weights` is TorchRL's flag, accepted either way: every worker always holds
-    weights of its own here, and `update_policy_weights_(worker_ids=...)` updates some only.
+    weights of its own here; `update_policy_weights_({0: weights_0, 1: weights_1})` gives
+    each its own, and `update_policy_weights_(weights, worker_ids=...)` updates some only.
     """
 
     def __init__(self, per_worker_weights: bool = False) -> None:

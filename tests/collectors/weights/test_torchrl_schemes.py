@@ -117,3 +117,31 @@ def test_torchrl_scheme_instances_deliver_weights_to_our_workers(name: str) -> N
         batch = collector.next()
     assert torch.all(batch["action"] == 0.25)
     assert torch.all(batch["next", keys.POLICY_VERSION] == 1)
+
+
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_per_worker_weights_reach_each_their_own_worker() -> None:
+    """TorchRL's `per_worker_weights`: `update_policy_weights_({index: weights})` gives each
+    worker its own weights, checked before any is sent, as one policy version."""
+    with MultiSyncCollector(
+        "Pendulum-v1",
+        bias_module(0.5),
+        num_workers=3,
+        frames_per_batch=30,
+        weight_sync_schemes={"policy": SharedMemWeightSyncScheme(per_worker_weights=True)},
+        track_policy_version=True,
+    ) as collector:
+        collector.update_policy_weights_(
+            {index: {"module.bias": torch.tensor([100.0 * (index + 1)])} for index in range(3)}
+        )
+        batch = collector.next()
+        with pytest.raises(ValueError, match=r"shape"):
+            collector.update_policy_weights_(
+                {0: {"module.bias": torch.tensor([1.0])}, 1: {"module.bias": torch.ones(2)}}
+            )
+        with pytest.raises(ValueError, match=r"worker_ids=0; the keys already name"):
+            collector.update_policy_weights_({0: {"module.bias": torch.ones(1)}}, worker_ids=0)
+        assert torch.all(collector.next()["action"] == batch["action"])  # nothing was sent
+    for index in range(3):
+        assert torch.all(batch["action"][index] == 100.0 * (index + 1))
+    assert torch.all(batch["next", keys.POLICY_VERSION] == 1)
