@@ -95,6 +95,33 @@ def accepted_options(collector_class: Any) -> set[str] | None:
     return {p.name for p in parameters}
 
 
+# TorchRL's shorthands for `collector_class` (its distributed collectors' and ours).
+COLLECTOR_SHORTHANDS = {
+    "single": "Collector",
+    "sync": "MultiSyncCollector",
+    "async": "MultiAsyncCollector",
+}
+
+
+def collector_class_of(collector_class: Any) -> Any:
+    """`collector_class` as a class: TorchRL's strings "single", "sync" and "async" stand
+    for `Collector`, `MultiSyncCollector` and `MultiAsyncCollector`; anything else is kept.
+
+    Raises:
+        ValueError: another string, naming the shorthands.
+    """
+    if not isinstance(collector_class, str):
+        return collector_class
+    if collector_class not in COLLECTOR_SHORTHANDS:
+        raise ValueError(
+            f"collector_class={collector_class!r} is no collector; pass a collector class or "
+            f"one of TorchRL's shorthands {sorted(COLLECTOR_SHORTHANDS)}."
+        )
+    import rlcollect.collectors  # the package imports this module: resolve at call time
+
+    return getattr(rlcollect.collectors, COLLECTOR_SHORTHANDS[collector_class])
+
+
 def check_options(collector_class: Any, options: Mapping[str, Any]) -> None:
     accepted = accepted_options(collector_class)
     if accepted is None:

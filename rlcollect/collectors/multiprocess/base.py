@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.children import check_options, resolve_children
+from rlcollect.collectors.children import check_options, collector_class_of, resolve_children
 from rlcollect.collectors.multiprocess.control import MultiCollectorControl
 from rlcollect.collectors.multiprocess.ledger import WriteLedger
 from rlcollect.collectors.multiprocess.options import (
@@ -120,6 +120,7 @@ class MultiCollectorBase(MultiCollectorControl):
             collector_options.pop("policies", None),
             collector_options.pop("policy_mapping_fn", None),
         )
+        collector_class = collector_class_of(collector_class)
         env_makers, num_workers = resolve_children(
             create_env_fn, num_workers, "num_workers", "worker"
         )

@@ -55,7 +55,8 @@ class MultiSyncCollector(MultiCollectorBase):
             or a list with each worker's frames.
         total_frames: frames over the collector's life; -1 collects forever.
         collector_class: what each worker runs: `Collector`, or a multi-process collector (a
-            class or `functools.partial`) so that workers run workers of their own.
+            class or `functools.partial`) so that workers run workers of their own; TorchRL's
+            "single", "sync" and "async" name ours.
         cat_results: "stack" (or None, TorchRL's default) yields `[W, *env_batch, T]` (row i
             from worker i); 0 or -1 concatenate the workers' batches along that dim.
         update_at_each_batch: send the policy's weights to the workers before every batch.

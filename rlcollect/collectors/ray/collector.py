@@ -18,7 +18,12 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
-from rlcollect.collectors.children import RESTART_ID_GAP, gather_batches, gather_episodes
+from rlcollect.collectors.children import (
+    RESTART_ID_GAP,
+    collector_class_of,
+    gather_batches,
+    gather_episodes,
+)
 from rlcollect.collectors.options import BatchOptions, round_to_batches, validate_frames
 from rlcollect.collectors.policy.policy_map import policy_or_map
 from rlcollect.collectors.policy.weights import Weights
@@ -71,7 +76,8 @@ class RayCollector(RayCollectorControl):
             `ceil(fpb / N)`); `sync=False`: frames of every actor's batch.
         total_frames: frames over the collector's life; -1 collects forever.
         collector_class: what each actor runs: `Collector`, or a multi-process collector class
-            (or `functools.partial(MultiSyncCollector, num_workers=2)`).
+            (or `functools.partial(MultiSyncCollector, num_workers=2)`); TorchRL's "single",
+            "sync" and "async" name ours.
         collector_kwargs: options of every actor's collector (a dict), or one dict per actor.
         remote_configs: `ray.remote` options of every actor (`num_cpus`, `num_gpus`, `memory`,
             `resources`, ...), or one dict per actor; default `{"num_cpus": 1}`.
@@ -177,6 +183,7 @@ class RayCollector(RayCollectorControl):
             collector_options.pop("policy_mapping_fn", None),
         )
         self.sync = check_flag("sync", sync)
+        collector_class = collector_class_of(collector_class)
         specs, configs = plan_actors(
             create_env_fn,
             num_collectors=num_collectors,

@@ -312,3 +312,20 @@ def test_torch_threads_are_given_back_at_shutdown(
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
+
+
+# --- collector_class shorthands ---------------------------------------------------------------
+
+
+def test_torchrl_collector_class_shorthands_name_ours(no_leftover_children: None) -> None:
+    from rlcollect.collectors.children import collector_class_of
+
+    assert collector_class_of("single") is Collector
+    assert collector_class_of("sync") is MultiSyncCollector
+    assert collector_class_of("async") is MultiAsyncCollector
+    with MultiSyncCollector(
+        [counting_env], frames_per_batch=8, total_frames=8, collector_class="single"
+    ) as collector:
+        assert collector.next().numel() == 8
+    with pytest.raises(ValueError, match=r"collector_class='multi' is no collector.*'async'"):
+        MultiSyncCollector([counting_env], frames_per_batch=8, collector_class="multi")
