@@ -80,7 +80,9 @@ class RayCollector(RayCollectorControl):
             "sync" and "async" name ours.
         collector_kwargs: options of every actor's collector (a dict), or one dict per actor.
         remote_configs: `ray.remote` options of every actor (`num_cpus`, `num_gpus`, `memory`,
-            `resources`, ...), or one dict per actor; default `{"num_cpus": 1}`.
+            `object_store_memory`, `resources`, ...: whatever Ray takes, checked by Ray here),
+            or one dict per actor; default `{"num_cpus": 1}`. Restarts and concurrency are
+            RayCollector's (`restart_dead_collectors`).
         sync: True yields `[num_collectors, *env_batch, T]` (row i from actor i); False yields
             each actor's batch as it is ready (with `track_worker_id=True`, carrying
             `("collector", "worker_id")`: off by default, as TorchRL's). Batches of

@@ -28,19 +28,15 @@ from rlcollect.collectors.weights.schemes import (
 from rlcollect.runtime.fan_out import is_sequence
 from rlcollect.runtime.ray_lease import plain
 
-# The `ray.remote` options an actor may be given; restarts and concurrency are RayCollector's.
-REMOTE_OPTIONS = frozenset(
-    {
-        "num_cpus",
-        "num_gpus",
-        "memory",
-        "resources",
-        "accelerator_type",
-        "scheduling_strategy",
-        "runtime_env",
-        "label_selector",
-    }
-)
+# The `ray.remote` options RayCollector sets itself: restarts follow `restart_dead_collectors`,
+# and each actor answers one call at a time. Every other option is Ray's to judge.
+OWN_REMOTE_OPTIONS = {
+    "max_restarts": "set by restart_dead_collectors",
+    "max_task_retries": "set by restart_dead_collectors",
+    "max_concurrency": "each actor answers one call at a time",
+    "concurrency_groups": "each actor answers one call at a time",
+    "allow_out_of_order_execution": "each actor answers one call at a time",
+}
 DEFAULT_REMOTE_CONFIG: dict[str, Any] = {"num_cpus": 1}
 
 
@@ -111,14 +107,6 @@ def per_actor_options(
     return merged
 
 
-def _check_resource(name: str, value: Any, index: int) -> None:
-    if name in ("num_cpus", "num_gpus", "memory"):
-        is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        if not is_number or value < 0 or (name == "memory" and value == 0):
-            need = "a number of bytes > 0" if name == "memory" else "a number >= 0"
-            raise ValueError(f"remote_configs[{index}][{name!r}]={value!r}; expected {need}.")
-
-
 def check_remote_configs(remote_configs: Any, num_collectors: int) -> list[dict[str, Any]]:
     """One `ray.remote` option dict per actor (default `{"num_cpus": 1}`)."""
     if remote_configs is None:
@@ -137,15 +125,30 @@ def check_remote_configs(remote_configs: Any, num_collectors: int) -> list[dict[
     for index, config in enumerate(configs):
         if not isinstance(config, Mapping):
             raise TypeError(f"remote_configs[{index}] must be a dict; got {config!r}.")
-        for name, value in config.items():
-            if name not in REMOTE_OPTIONS:
+        for name in config:
+            if name in OWN_REMOTE_OPTIONS:
                 raise ValueError(
-                    f"remote_configs[{index}] has {name!r}; an actor takes "
-                    f"{sorted(REMOTE_OPTIONS)} (restarts are set by restart_dead_collectors)."
+                    f"remote_configs[{index}] has {name!r}: RayCollector sets it "
+                    f"({OWN_REMOTE_OPTIONS[name]})."
                 )
-            _check_resource(name, value, index)
+        _let_ray_judge(config, index)
         checked.append(dict(plain(config)))
     return checked
+
+
+def _let_ray_judge(config: Mapping[str, Any], index: int) -> None:
+    """Ray's own check of actor options (names and values), which needs no running Ray: an
+    option Ray adds is taken as soon as Ray takes it."""
+    import ray
+
+    try:
+        ray.remote(_OptionsProbe).options(**config)
+    except (ValueError, TypeError) as err:
+        raise type(err)(f"remote_configs[{index}]: {err}") from None
+
+
+class _OptionsProbe:
+    """An actor class that is never created: Ray checks `remote_configs` against it."""
 
 
 def served_buffer_client(replay_buffer: Any) -> Any:

@@ -195,12 +195,22 @@ def test_an_actor_asking_for_more_than_the_cluster_has_is_named_in_time() -> Non
         ({"frames_per_batch": 0}, ValueError, r"frames_per_batch=0 must be a positive"),
         ({"frames_per_batch": [4, 4]}, TypeError, r"frames_per_batch must be an int"),
         ({"max_frames_per_trj": 3}, TypeError, r"Did you mean 'max_frames_per_traj'"),
-        ({"collector_class": "sync"}, TypeError, r"collector_class='sync' is not a collector"),
-        ({"remote_configs": {"num_cpu": 1}}, ValueError, r"remote_configs\[0\] has 'num_cpu'"),
+        ({"collector_class": "multi"}, ValueError, r"collector_class='multi' is no collector"),
+        ({"collector_class": print}, TypeError, r"is not a collector class"),
+        (
+            {"remote_configs": {"num_cpu": 1}},
+            ValueError,
+            r"remote_configs\[0\]: Invalid option keyword num_cpu for actors",
+        ),
         (
             {"remote_configs": {"num_cpus": -1}},
             ValueError,
-            r"remote_configs\[0\]\['num_cpus'\]=-1; expected a number >= 0",
+            r"remote_configs\[0\]: The quantity of resource num_cpus cannot be negative",
+        ),
+        (
+            {"remote_configs": {"max_restarts": 3}},
+            ValueError,
+            r"has 'max_restarts': RayCollector sets it \(set by restart_dead_collectors\)",
         ),
         ({"remote_configs": [{}, {}, {}]}, TypeError, r"or a list of 2 dicts \(one per actor\)"),
         (
@@ -362,3 +372,17 @@ def test_rlcollect_imports_without_ray_and_names_the_extra() -> None:
     assert output.count("pip install 'rlcollect[ray]'") == 2, output
     assert "RayCollector needs Ray" in output
     assert "RayReplayBuffer needs Ray" in output
+
+
+def test_remote_configs_are_rays_to_judge() -> None:
+    """Any option Ray's actors take passes (no list of our own), checked by Ray itself
+    before anything starts; only what RayCollector sets itself is refused."""
+    from rlcollect.collectors.ray.options import check_remote_configs
+
+    holders = RayLease._holders
+    configs = check_remote_configs(
+        [{"num_cpus": 1, "object_store_memory": 10**8}, {"lifetime": None, "num_gpus": 0}], 2
+    )
+    assert configs[0]["object_store_memory"] == 10**8
+    assert configs[1] == {"lifetime": None, "num_gpus": 0}
+    assert RayLease._holders == holders
