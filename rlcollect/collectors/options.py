@@ -150,7 +150,7 @@ class CollectHook:
 class BufferWriter:
     """How batches reach the replay buffer: one `extend` per batch, or, with TorchRL's
     `extend_buffer=False`, every step as an item of its own (the env batch of that step), in
-    time order (a one-item `extend`, so a worker's counting view counts it too).
+    time order (`add`, as TorchRL writes it; a worker's counting view counts it too).
 
     A batch without a device (a device-less env's, or one a `postproc` cleared) is given
     the buffer storage's device first, as TorchRL's collector does, so the storage never
@@ -167,9 +167,20 @@ class BufferWriter:
         if not self.frame_by_frame:
             self.buffer.extend(batch)
             return
+        write_step = write_one_step(self.buffer)
         time_dim = batch.batch_dims - 1
         for t in range(batch.shape[time_dim]):
-            self.buffer.extend(batch[(slice(None),) * time_dim + (t,)].unsqueeze(0))
+            write_step(batch[(slice(None),) * time_dim + (t,)])
+
+
+def write_one_step(buffer: Any) -> Callable[[TensorDictBase], Any]:
+    """How `buffer` takes one step (the env batch of that step) as one item: TorchRL's
+    `add`, as TorchRL's collector writes it (a multi-dim storage lays a step out along its
+    second dim), or a one-item `extend` for a buffer without `add`."""
+    add = getattr(buffer, "add", None)
+    if callable(add):
+        return add  # type: ignore[no-any-return]
+    return lambda step: buffer.extend(step.unsqueeze(0))
 
 
 @dataclass

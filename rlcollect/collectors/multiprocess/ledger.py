@@ -44,6 +44,16 @@ class CountingBuffer:
             self.counts[self.index] += data.numel()
         return written
 
+    def add(self, data: Any) -> Any:
+        """One item (TorchRL's `add`: one step of a batched env with `extend_buffer=False`),
+        counted as its frames."""
+        if self.tally is not None:  # ours: `add` is a one-item extend, counted in its commit
+            return self.extend(data.unsqueeze(0))
+        written = self.buffer.add(data)
+        if self.counts is not None:
+            self.counts[self.index] += max(data.numel(), 1)
+        return written
+
     def __getattr__(self, name: str) -> Any:
         if name in ("claim_tallies", "read_tallies", "release_tallies") and self.tally is None:
             raise AttributeError(name)  # counted after the write: no tallies to share

@@ -39,7 +39,11 @@ def prepare_shared_buffer(buffer: Any, spec: WorkerSpec) -> None:
     storage = getattr(buffer, "_storage", None)
     if getattr(storage, "initialized", True) or getattr(storage, "shared_init", False):
         return
-    buffer.extend(prototype_batch(spec))
+    prototype = prototype_batch(spec)
+    if spec.collector_kwargs.get("extend_buffer", True):
+        buffer.extend(prototype)
+    else:  # the workers add step by step: so does the layout
+        buffer.add(prototype[..., 0])
     buffer.empty()
 
 

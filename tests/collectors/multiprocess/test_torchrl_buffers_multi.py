@@ -115,3 +115,29 @@ def test_workers_write_whole_episodes_flat_to_a_lazy_torchrl_buffer(
         assert bool(done[steps[-1]]), f"trajectory {int(trajectory)} stored without its end"
         assert int(stored["next", "step_count"][steps[-1]]) == len(steps) <= 5
     assert processes_gone(pids, 10)
+
+
+@pytest.mark.parametrize("builder", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_workers_add_step_by_step_to_a_two_dim_torchrl_buffer(builder: str) -> None:
+    """TorchRL's `extend_buffer=False` in workers whose env is batched, into a 2-dim lazy
+    storage: each step is one `add` of the env batch, the storage laid out that way first."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    buffer = ReplayBuffer(storage=LazyTensorStorage(512, ndim=2))
+    collector = getattr(rlcollect.collectors, builder)(
+        [two_short_cartpoles, two_short_cartpoles],
+        None,
+        replay_buffer=buffer,
+        frames_per_batch=32,
+        total_frames=128,
+        extend_buffer=False,
+    )
+    try:
+        pids = [worker["pid"] for worker in collector.stats()["workers"]]
+        assert all(batch is None for batch in collector)
+    finally:
+        collector.shutdown()
+    assert len(buffer) == 128  # 64 steps of 2 envs
+    assert buffer[:].batch_size == (2, 64)  # TorchRL reads a 2-dim storage back env-major
+    assert buffer[:]["step_count"].min() >= 0
+    assert processes_gone(pids, 10)

@@ -91,10 +91,11 @@ def test_get_distant_attr_and_map_fn_as_torchrl() -> None:
     assert results[0] == results[1] == (5, [5, 16])
 
 
-@pytest.mark.parametrize("num_envs", [1, 2])
-def test_extend_buffer_false_writes_every_step_as_an_item(num_envs: int) -> None:
+@pytest.mark.parametrize(("num_envs", "ndim"), [(1, 1), (2, 1), (2, 2)])
+def test_extend_buffer_false_writes_every_step_as_an_item(num_envs: int, ndim: int) -> None:
     """TorchRL's `extend_buffer=False`: each step is one item of the buffer (its env batch),
-    in time order; as many items, of the same shape, as TorchRL's collector writes."""
+    in time order; as many items, of the same shape, as TorchRL's collector writes (a 2-dim
+    storage too, which lays each step out along its second dim)."""
     from torchrl.data import LazyTensorStorage, ReplayBuffer
     from torchrl.envs import SerialEnv, StepCounter
 
@@ -106,7 +107,7 @@ def test_extend_buffer_false_writes_every_step_as_an_item(num_envs: int) -> None
 
     buffers = []
     for collector_class in (Collector, TorchRLCollector):
-        buffer = ReplayBuffer(storage=LazyTensorStorage(64))
+        buffer = ReplayBuffer(storage=LazyTensorStorage(64, ndim=ndim))
         collector = collector_class(
             make_env,
             None,
@@ -119,8 +120,13 @@ def test_extend_buffer_false_writes_every_step_as_an_item(num_envs: int) -> None
         collector.shutdown()
         buffers.append(buffer)
     ours, theirs = (buffer[:] for buffer in buffers)
+    assert ours.batch_size == theirs.batch_size
+    assert len(buffers[0]) == len(buffers[1])
+    if ndim == 2:  # TorchRL's 2-dim storage reads back env-major: [envs, steps]
+        assert ours.batch_size == torch.Size([num_envs, 16])
+        ours = ours.transpose(0, 1)
     expected = torch.Size([32]) if num_envs == 1 else torch.Size([16, num_envs])
-    assert ours.batch_size == theirs.batch_size == expected
+    assert ours.batch_size == expected
     steps = ours["step_count"].reshape(32 // num_envs, num_envs)
     # item i + 1 is the step after item i in each env, unless that env was reset in between
     following = (steps[1:] == steps[:-1] + 1) | (steps[1:] == 0)
