@@ -137,9 +137,19 @@ def weights_by_model(
     return has_policy, policy_source, requested
 
 
+# TorchRL's names for collector classes ("single", "sync", "async"), which its
+# `collector_class` arguments take: each class registers its own (`torchrl_shorthand=`).
+COLLECTOR_SHORTHANDS: dict[str, type] = {}
+
+
 class CollectorBase:
     """The contract every collector keeps (see the module docstring); iteration and
     `update_policy_weights_` are written here once, on top of the rest."""
+
+    def __init_subclass__(cls, torchrl_shorthand: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if torchrl_shorthand is not None:
+            COLLECTOR_SHORTHANDS[torchrl_shorthand] = cls
 
     frames: int
     total_frames: int

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase, pad
 
 from rlcollect import keys
-from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.base import COLLECTOR_SHORTHANDS, CollectorBase
 from rlcollect.collectors.bookkeeping import RECENT_EPISODES
 from rlcollect.collectors.options import check_int
 from rlcollect.errors import MisuseError
@@ -95,17 +95,10 @@ def accepted_options(collector_class: Any) -> set[str] | None:
     return {p.name for p in parameters}
 
 
-# TorchRL's shorthands for `collector_class` (its distributed collectors' and ours).
-COLLECTOR_SHORTHANDS = {
-    "single": "Collector",
-    "sync": "MultiSyncCollector",
-    "async": "MultiAsyncCollector",
-}
-
-
 def collector_class_of(collector_class: Any) -> Any:
     """`collector_class` as a class: TorchRL's strings "single", "sync" and "async" stand
-    for `Collector`, `MultiSyncCollector` and `MultiAsyncCollector`; anything else is kept.
+    for `Collector`, `MultiSyncCollector` and `MultiAsyncCollector` (each class registers its
+    own, see `CollectorBase`); anything else is kept.
 
     Raises:
         ValueError: another string, naming the shorthands.
@@ -117,9 +110,7 @@ def collector_class_of(collector_class: Any) -> Any:
             f"collector_class={collector_class!r} is no collector; pass a collector class or "
             f"one of TorchRL's shorthands {sorted(COLLECTOR_SHORTHANDS)}."
         )
-    import rlcollect.collectors  # the package imports this module: resolve at call time
-
-    return getattr(rlcollect.collectors, COLLECTOR_SHORTHANDS[collector_class])
+    return COLLECTOR_SHORTHANDS[collector_class]
 
 
 def check_options(collector_class: Any, options: Mapping[str, Any]) -> None:

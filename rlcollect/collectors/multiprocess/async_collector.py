@@ -18,7 +18,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class MultiAsyncCollector(MultiCollectorBase):
+class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
     """Runs one collector per worker process and yields each worker's batch as it arrives.
 
     A worker starts its next batch as soon as its last one has been copied out, so slow

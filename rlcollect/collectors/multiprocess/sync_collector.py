@@ -37,7 +37,7 @@ def drop_invalid_steps(batch: TensorDictBase) -> TensorDictBase:
     return batch if bool(valid.all()) else batch[..., valid]
 
 
-class MultiSyncCollector(MultiCollectorBase):
+class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
     """Runs one collector per worker process and yields one batch gathered from all of them.
 
     Every batch holds one batch of every worker, all collected with the same policy version;

@@ -58,7 +58,7 @@ from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
 
-class Collector(CollectorControl):
+class Collector(CollectorControl, torchrl_shorthand="single"):
     """Collects batches of transitions from an env and a policy, in this process.
 
     Each batch is a TensorDict of batch size `[*env.batch_size, T]` (last dim named "time")
