@@ -340,10 +340,10 @@ class CollectorWithChildren(CollectorBase):
 def is_per_child(source: Any) -> bool:
     """Whether `update_policy_weights_` was given TorchRL's per-worker weights: a mapping
     from child indices to weights (a state dict's keys are names)."""
-    return (
-        isinstance(source, Mapping)
-        and bool(source)
-        and all(isinstance(key, numbers.Integral) and not isinstance(key, bool) for key in source)
+    if not isinstance(source, Mapping) or isinstance(source, TensorDictBase):
+        return False  # a TensorDict's keys are names (and it has no truth value)
+    return len(source) > 0 and all(
+        isinstance(key, numbers.Integral) and not isinstance(key, bool) for key in source
     )
 
 
