@@ -43,8 +43,8 @@ def require_target(cfg: DictConfig, key: str) -> None:
 
 def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
     """The keyword arguments `target` takes (None: it takes any). A multi-process or Ray
-    collector passes its extra options to the collector each worker builds, so those count
-    too."""
+    collector passes its extra options to the collector each worker builds, and the examples'
+    batched collector its own to `AsyncBatchedCollector`, so those count too."""
     try:
         # A class's __init__: `Collector.__new__` is the front door and takes anything.
         init = target.__init__ if isinstance(target, type) else target
@@ -52,7 +52,7 @@ def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        from rlcollect.collectors import Collector, RayCollector
+        from rlcollect.collectors import AsyncBatchedCollector, Collector, RayCollector
         from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 
         if not isinstance(target, type):
@@ -61,6 +61,8 @@ def _accepted_arguments(target: Any) -> dict[str, inspect.Parameter] | None:
             sources: tuple[type, ...] = (MultiCollectorBase, Collector)
         elif issubclass(target, RayCollector):
             sources = (Collector,)
+        elif issubclass(target, AsyncBatchedCollector):  # collector=batched's wrapper
+            sources = (AsyncBatchedCollector,)
         else:
             return None
         for source in sources:
@@ -325,6 +327,7 @@ def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
     then live in shared memory)."""
     from hydra.utils import get_class
 
+    from rlcollect.collectors import AsyncBatchedCollector
     from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 
     require_target(cfg, key)
@@ -332,7 +335,9 @@ def collector_has_workers(cfg: DictConfig, key: str = "collector") -> bool:
         target = get_class(value_at(cfg, key)["_target_"])
     except Exception:  # a bad target is reported, by name, when the collector is built
         return False
-    return isinstance(target, type) and issubclass(target, MultiCollectorBase)
+    return isinstance(target, type) and issubclass(
+        target, (MultiCollectorBase, AsyncBatchedCollector)
+    )
 
 
 def served_by_ray(cfg: DictConfig, key: str) -> bool:

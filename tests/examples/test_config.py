@@ -59,7 +59,7 @@ def test_ppo_config_errors_name_the_key(
 
 
 @pytest.mark.parametrize("name", ["ppo", "dqn", "collect"])
-@pytest.mark.parametrize("collector", ["single", "multisync", "multiasync"])
+@pytest.mark.parametrize("collector", ["single", "multisync", "multiasync", "batched"])
 def test_default_configs_pass_the_checks(
     scripts: dict[str, ModuleType], name: str, collector: str
 ) -> None:

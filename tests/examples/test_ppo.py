@@ -98,6 +98,23 @@ def test_ppo_trains_with_the_multi_process_collector(tmp_path: Path) -> None:
     assert float(rows[-1]["mean_return_last_100"]) > 0
 
 
+def test_ppo_trains_with_the_batched_collector(tmp_path: Path) -> None:
+    """`collector=batched`: env worker processes step one env each, one inference server
+    batches their policy calls (a run of 4 batches, checkpoint and metrics as with the
+    others)."""
+    result = run_script(
+        "ppo",
+        tmp_path,
+        *TINY[1:],
+        "env=cartpole",
+        "collector=batched",
+        "collector.total_frames=1024",
+    )
+    check_succeeded(result)
+    check_run_outputs(tmp_path)
+    assert logged_frames(tmp_path) == [256, 512, 768, 1024]
+
+
 @pytest.mark.timeout(120)
 def test_a_misspelt_key_without_plus_gets_the_closest_key(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"

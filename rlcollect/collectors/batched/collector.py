@@ -239,6 +239,12 @@ class AsyncBatchedCollector(CollectorBase):
             policy if policy is not None else policy_factory(),  # type: ignore[misc]
             exploration_type,
         )
+        if probe.env_batch_size:
+            raise ValueError(
+                f"create_env_fn makes an env of batch size {list(probe.env_batch_size)}; "
+                "AsyncBatchedCollector serves one env per maker, as TorchRL's: pass one maker "
+                "of a single env per env (e.g. [make_env] * 8), and the server batches them."
+            )
         self._wraps_module = policy is not None and probe.policy is not policy
         versions: list[Entry] = (
             [] if policy_version_key is None else [(policy_version_key, (), torch.int64)]
@@ -438,7 +444,7 @@ class AsyncBatchedCollector(CollectorBase):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "frames": self._frames,
+            "frames": self.frames,  # with a replay buffer, what the workers wrote
             "iterations": self.iterations,
             "policy_version": self.policy_version,
             "workers": self._inner.state_dict(),
@@ -491,8 +497,10 @@ class AsyncBatchedCollector(CollectorBase):
             yield
 
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stop background collection (and with `close_env` everything)."""
-        self._inner.async_shutdown(timeout, close_env=False)
+        """Stop background collection (and with `close_env` everything: `state_dict()` and
+        `stats()` then still answer with what the workers ended with, for a last
+        checkpoint, as the other collectors' do)."""
+        self._inner.async_shutdown(timeout, close_env=close_env)
         if close_env:
             self.shutdown()
 

@@ -26,6 +26,7 @@ class Probe:
     responses: list[Entry]
     observation_keys: list[NestedName]
     policy: Any  # the policy as the server calls it
+    env_batch_size: tuple[int, ...] = ()  # one env per maker has ()
 
 
 def served_policy(policy: Any, observation_keys: list[NestedName]) -> Any:
@@ -68,7 +69,7 @@ def probe_layout(env_maker: Callable[[], Any], policy: Any, exploration_type: An
         with set_interaction_type(exploration_type):
             outputs = policy_outputs(policy, rows.clone())
         responses = [_entry(outputs, key, 1) for key in outputs.keys(True, True)]
-        return Probe(requests, responses, observation_keys, policy)
+        return Probe(requests, responses, observation_keys, policy, tuple(env.batch_size))
     finally:
         env.close()
 

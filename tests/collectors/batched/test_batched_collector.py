@@ -17,6 +17,7 @@ from rlcollect.collectors import AsyncBatchedCollector
 from rlcollect.collectors.batched import InferenceServerError
 from rlcollect.errors import WorkerError
 from rlcollect.replay import LazyTensorStorage, ReplayBuffer
+from rlcollect.testing.counting import CountingEnv
 from tests.collectors.batched.batched_parts import LENGTHS, counting_env, echo_module
 from tests.conftest import processes_gone
 
@@ -274,6 +275,15 @@ def test_arguments_are_checked_with_messages_that_name_them(
         AsyncBatchedCollector(makers(2), **arguments)
 
 
+def two_counting_envs() -> CountingEnv:
+    return CountingEnv(episode_length=5, batch_size=(2,))
+
+
+def test_a_maker_of_a_batched_env_is_refused_naming_its_batch_size() -> None:
+    with pytest.raises(ValueError, match=r"batch size \[2\]; AsyncBatchedCollector serves one env"):
+        AsyncBatchedCollector([two_counting_envs] * 2, policy=echo_module(), frames_per_batch=20)
+
+
 def wait_until(condition: object, within: float = 60.0) -> None:
     deadline = time.monotonic() + within
     while not condition():  # type: ignore[operator]
@@ -296,6 +306,7 @@ def test_start_fills_a_shared_replay_buffer_with_every_frame_once() -> None:
         time.sleep(0.2)
         collector.async_shutdown()
         assert collector.is_done
+        assert collector.state_dict()["frames"] >= 400  # what it ended with: a last checkpoint
     assert buffer.write_count == 400
     stored = buffer[torch.arange(len(buffer))]
     check_answers(stored, {0: 0.5})
