@@ -235,3 +235,30 @@ def test_a_device_less_env_moves_to_the_devices_asked_for(
         collector.shutdown()
         assert set(policy.seen) == {policy_reads}, collector_class
         assert batch.device == batch_device, collector_class
+
+
+REGISTER_SCRIPT = """
+from torchrl.collectors import BaseCollector
+from rlcollect.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
+
+collector = Collector("CartPole-v1", None, frames_per_batch=10, total_frames=10)
+before = isinstance(collector, BaseCollector)
+for collector_class in (Collector, MultiSyncCollector, MultiAsyncCollector):
+    BaseCollector.register(collector_class)
+print(before, isinstance(collector, BaseCollector), issubclass(MultiSyncCollector, BaseCollector))
+collector.shutdown()
+"""
+
+
+def test_registered_with_torchrls_base_collector_our_collectors_pass_its_isinstance_check() -> None:
+    """What docs/guide/torchrl.md tells users of TorchRL's trainers: `BaseCollector` is an
+    abstract base class, so `register` makes `isinstance` (their check) accept ours. In a
+    process of its own: a registration lasts for the life of the process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", REGISTER_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True", "True"]
