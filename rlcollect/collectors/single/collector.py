@@ -44,6 +44,7 @@ from rlcollect.collectors.single.rollout_storage import RolloutStorage, check_nu
 from rlcollect.collectors.single.setup import (
     BatchGeometry,
     Sampling,
+    check_leaf_schemes,
     check_loop_arguments,
     check_torchrl_arguments,
     policy_from_factory,
@@ -96,7 +97,9 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             writes every step as an item of its own, in time order (no `postproc`,
             `split_trajs` or `store_obs_once` then: they need the whole batch).
         track_policy_version: write `("next", "policy_version")` into every frame.
-        weight_sync_schemes: not accepted: a single-process collector has no children.
+        weight_sync_schemes: accepted as TorchRL's examples pass it (`{"policy": scheme}`,
+            ours or TorchRL's), and checked; unused, since a single-process collector has no
+            children: `update_policy_weights_()` loads the weights in place.
         weight_recv_schemes: mapping of model id to a scheme whose `receive()` returns new
             weights or None; polled before every batch.
         worker_idx: this collector's index when it runs inside a multi-process collector.
@@ -296,7 +299,8 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             return_same_td=return_same_td,
             replay_buffer=replay_buffer,
             extend_buffer=extend_buffer,
-            weight_sync_schemes=weight_sync_schemes,
+            # checked, then unused: this collector loads weights in place (it has no children)
+            weight_sync_schemes=check_leaf_schemes(weight_sync_schemes),
             weight_recv_schemes=weight_recv_schemes,
             reset_at_each_iter=reset_at_each_iter,
             post_collect_hook=post_collect_hook,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rlcollect.collectors.sampling.horizon import Horizon, frames_per_env_step
 from rlcollect.collectors.sampling.whole_episodes import EpisodeMode, refuse_with_whole_episodes
+from rlcollect.collectors.weights.schemes import check_schemes
 from rlcollect.transforms.step_limit import StepLimit, require_truncated_flag
 
 
@@ -182,3 +183,14 @@ def refuse_interruptor_with_whole_episodes(interruptor: Any, sampling: Sampling)
             "'complete_episodes': a batch of whole episodes has no fixed length to cut short. "
             "Drop one of the two."
         )
+
+
+def check_leaf_schemes(schemes: Mapping[str, Any] | None) -> None:
+    """`weight_sync_schemes` given to a single-process `Collector` (TorchRL's examples pass
+    one): checked as the collectors with children check theirs, then left unused, since
+    this collector loads weights in place. Returns None, what `BatchOptions` is then given.
+
+    Raises:
+        TypeError: a value that is no scheme (ours or TorchRL's).
+    """
+    check_schemes("weight_sync_schemes", schemes, other_models=True)

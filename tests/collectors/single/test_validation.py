@@ -73,9 +73,27 @@ def test_bad_env_arguments() -> None:
         Collector(lambda: "not an env", None, frames_per_batch=10)
 
 
-def test_weight_sync_schemes_refused_on_leaf_collector() -> None:
-    with pytest.raises(ValueError, match="use weight_recv_schemes"):
+def test_weight_sync_schemes_on_a_leaf_collector_are_checked_and_updates_load_in_place() -> None:
+    """TorchRL's examples pass `weight_sync_schemes` to `Collector` too: taken (ours or
+    TorchRL's), checked, and an update loads the weights in place as without it."""
+    from torchrl.weight_update import SharedMemWeightSyncScheme as TorchRLScheme
+
+    from rlcollect.collectors import SharedMemWeightSyncScheme
+    from tests.collectors.policies import bias_module
+
+    with pytest.raises(TypeError, match=r"weight_sync_schemes\['policy'\] must be a WeightSync"):
         Collector("CartPole-v1", None, frames_per_batch=10, weight_sync_schemes={"policy": 1})
+    for scheme in (SharedMemWeightSyncScheme(), TorchRLScheme()):
+        policy = bias_module(0.5)
+        with Collector(
+            "Pendulum-v1",
+            policy,
+            frames_per_batch=10,
+            weight_sync_schemes={"policy": scheme},
+        ) as collector:
+            assert torch.all(collector.next()["action"] == 0.5)
+            collector.update_policy_weights_(weights={"module.bias": torch.tensor([0.25])})
+            assert torch.all(collector.next()["action"] == 0.25)
 
 
 def test_endless_collector_has_no_len() -> None:
