@@ -194,7 +194,11 @@ class PolicyHolder:
         self.name_extra_outputs(root)
         outputs, self.missing_action = probe_outputs(self.module, root, action_keys)
         output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
-        return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys)
+        # The env's rewards and done flags live under "next" only (TorchRL's step_mdp leaves
+        # them there): a policy that writes them (TorchRL's `env.rand_step` as a policy does)
+        # is not carrying state.
+        step_only = [*env.reward_keys, *env.done_keys]
+        return outputs, output_keys, policy_state_keys(output_keys, env.observation_keys, step_only)
 
     def step_on(
         self,

@@ -24,10 +24,14 @@ def as_tuple(key: NestedKey) -> tuple[str, ...]:
 
 
 def policy_state_keys(
-    output_keys: Sequence[NestedKey], env_observation_keys: Sequence[tuple[str, ...]]
+    output_keys: Sequence[NestedKey],
+    env_observation_keys: Sequence[NestedKey],
+    step_only_keys: Sequence[NestedKey] = (),
 ) -> list[tuple[str, ...]]:
-    """The root keys whose value the policy writes under `"next"` and the env does not carry."""
-    env_keys = {as_tuple(key) for key in env_observation_keys}
+    """The root keys whose value the policy writes under `"next"` and the env does not carry:
+    neither an observation of the env nor one of `step_only_keys` (its rewards and done
+    flags, which stay under `"next"`)."""
+    env_keys = {as_tuple(key) for key in [*env_observation_keys, *step_only_keys]}
     state = []
     for key in map(as_tuple, output_keys):
         if len(key) > 1 and key[0] == keys.NEXT and key[1:] not in env_keys:

@@ -237,6 +237,34 @@ def test_a_device_less_env_moves_to_the_devices_asked_for(
         assert batch.device == batch_device, collector_class
 
 
+class ActsAndWritesTheReward(torch.nn.Module):
+    """Pushes left and writes `("next", "reward")` itself, as TorchRL's `env.rand_step` used
+    as a policy does (the env's step then writes the reward it computes)."""
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = observation.shape[:-1]
+        return torch.zeros(batch, dtype=torch.long), torch.zeros(*batch, 1)
+
+
+def test_a_policy_writing_the_next_reward_adds_no_root_key_as_torchrl() -> None:
+    """A policy output under `"next"` that is one of the env's rewards or done flags is not
+    recurrent state: the batch's keys are TorchRL's (no root `"reward"`)."""
+    from tensordict.nn import TensorDictModule
+
+    policy = TensorDictModule(
+        ActsAndWritesTheReward(), in_keys=["observation"], out_keys=["action", ("next", "reward")]
+    )
+    layouts = []
+    for collector_class in (Collector, TorchRLCollector):
+        env = TorchRLGymEnv("CartPole-v1", categorical_action_encoding=True)
+        collector = collector_class(env, policy, frames_per_batch=8, total_frames=8)
+        batch = next(iter(collector))
+        collector.shutdown()
+        layouts.append(sorted(map(str, batch.keys(True, True))))
+    assert layouts[0] == layouts[1]
+    assert "reward" not in layouts[0]
+
+
 REGISTER_SCRIPT = """
 from torchrl.collectors import BaseCollector
 from rlcollect.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
