@@ -120,10 +120,6 @@ class XdistGroups:
             if not names or identifier is None or "@" in item.nodeid.rpartition("]")[2]:
                 continue
             item._id = type(identifier).parse(f"{item.nodeid}@{'_'.join(names)}")
-        # The "ray" group first: its tests run one after the other in one worker (about 12
-        # minutes), so started last they would be the run's tail; started first, the other
-        # workers share the rest meanwhile. Every worker sorts alike (xdist compares them).
-        items.sort(key=lambda item: "ray" not in group_names(item))
 
 
 def pytest_configure(config: pytest.Config) -> None:
