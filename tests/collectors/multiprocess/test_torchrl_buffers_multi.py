@@ -80,6 +80,20 @@ def two_short_cartpoles() -> Any:
     return SerialEnv(2, short_cartpole)
 
 
+def fill_with_two_workers(builder: str, env_maker: Any, buffer: Any, **options: Any) -> list[int]:
+    """Have `builder` (two workers of `env_maker`, random actions) fill `buffer` until its
+    `total_frames`, iteration yielding None; returns the workers' pids."""
+    collector = getattr(rlcollect.collectors, builder)(
+        [env_maker, env_maker], None, replay_buffer=buffer, **options
+    )
+    try:
+        pids = [worker["pid"] for worker in collector.stats()["workers"]]
+        assert all(batch is None for batch in collector)
+    finally:
+        collector.shutdown()
+    return pids
+
+
 @pytest.mark.parametrize(
     ("builder", "env_maker"),
     [("MultiSyncCollector", short_cartpole), ("MultiAsyncCollector", two_short_cartpoles)],
@@ -93,19 +107,9 @@ def test_workers_write_whole_episodes_flat_to_a_lazy_torchrl_buffer(
     from torchrl.data import LazyTensorStorage, ReplayBuffer
 
     buffer = ReplayBuffer(storage=LazyTensorStorage(1000), shared=True)
-    collector = getattr(rlcollect.collectors, builder)(
-        [env_maker, env_maker],
-        None,
-        replay_buffer=buffer,
-        frames_per_batch=40,
-        total_frames=120,
-        trajs_per_batch=2,
+    pids = fill_with_two_workers(
+        builder, env_maker, buffer, frames_per_batch=40, total_frames=120, trajs_per_batch=2
     )
-    try:
-        pids = [worker["pid"] for worker in collector.stats()["workers"]]
-        assert all(batch is None for batch in collector)
-    finally:
-        collector.shutdown()
     stored = buffer.storage[: len(buffer)]
     assert stored.batch_dims == 1
     assert len(buffer) >= 120
@@ -124,19 +128,14 @@ def test_workers_add_step_by_step_to_a_two_dim_torchrl_buffer(builder: str) -> N
     from torchrl.data import LazyTensorStorage, ReplayBuffer
 
     buffer = ReplayBuffer(storage=LazyTensorStorage(512, ndim=2))
-    collector = getattr(rlcollect.collectors, builder)(
-        [two_short_cartpoles, two_short_cartpoles],
-        None,
-        replay_buffer=buffer,
+    pids = fill_with_two_workers(
+        builder,
+        two_short_cartpoles,
+        buffer,
         frames_per_batch=32,
         total_frames=128,
         extend_buffer=False,
     )
-    try:
-        pids = [worker["pid"] for worker in collector.stats()["workers"]]
-        assert all(batch is None for batch in collector)
-    finally:
-        collector.shutdown()
     assert len(buffer) == 128  # 64 steps of 2 envs
     assert buffer[:].batch_size == (2, 64)  # TorchRL reads a 2-dim storage back env-major
     assert buffer[:]["step_count"].min() >= 0
