@@ -19,6 +19,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from rlcollect.collectors.children import episode_layout
 from rlcollect.collectors.multiprocess.worker import WorkerSpec
 
 
@@ -50,14 +51,6 @@ def prepare_shared_buffer(buffer: Any, spec: WorkerSpec) -> None:
 WHOLE_EPISODE_OPTIONS = ("trajs_per_batch", "traj_format", "trajs_per_write", "batch_mode")
 
 
-def writes_flat_episodes(options: dict[str, Any]) -> bool:
-    """Whether a collector built with `options` writes whole episodes, flat, to its buffer."""
-    return (
-        options.get("trajs_per_batch") is not None
-        or options.get("batch_mode") == "complete_episodes"
-    )
-
-
 def prototype_batch(spec: WorkerSpec) -> TensorDictBase:
     """Zeros laid out as one batch that `spec`'s collector writes to a replay buffer: one step
     of that collector (built here, with its env, policy and options, and shut down), repeated
@@ -67,7 +60,7 @@ def prototype_batch(spec: WorkerSpec) -> TensorDictBase:
     """
     options = dict(spec.collector_kwargs)
     options["init_random_frames"] = None  # the layout of a policy step
-    flat = writes_flat_episodes(options)
+    flat = episode_layout(options) is not None  # whole episodes reach a buffer flat
     for name in WHOLE_EPISODE_OPTIONS:
         options.pop(name, None)  # one plain step, whatever the worker batches
     probe = replace(
