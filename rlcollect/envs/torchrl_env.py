@@ -131,9 +131,16 @@ class TorchRLEnv(EnvBase):
         next_keys = _tuple_keys(carrier.get(keys.NEXT))
         self._preset_keys = [key for key in next_keys if key not in produced]
         # What moves from "next" to the next step's root, listed once per carrier (listing a
-        # lazily stacked spec's keys costs milliseconds).
+        # lazily stacked spec's keys costs milliseconds). A transform may leave a next
+        # observation out of the batch (TorchRL's `NextObservationDelta` keeps a low-precision
+        # delta instead, and its fake tensordict has no ("next", obs)): the step's full value
+        # is then held aside for the next root, as TorchRL's step_mdp promotes it.
         observations = [keys.plain_key(key) for key in self.observation_keys]
         self._carried = [*observations, *self.done_keys]
+        self._held_keys = [key for key in self.observation_keys if key not in next_keys]
+        held = {keys.plain_key(key) for key in self._held_keys}
+        self._moved = [key for key in self._carried if key not in held]
+        self._held_next: TensorDictBase | None = None
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         """Reset with nothing but the reset flags, as TorchRL's collector does: the carrier's
@@ -157,7 +164,9 @@ class TorchRLEnv(EnvBase):
         group's flags prevail over those nested under it) and merges the reset."""
         views = self._carrier_views()
         carried = self._carried
-        views.move_to_root(t, carried)
+        views.move_to_root(t, self._moved)
+        if self._held_next is not None:
+            views.write_root(t + 1, self._held_next)
         flags = views.root(t + 1).select(*self.done_keys).clone()
         if not self.env.any_done(flags):  # writes the "_reset" flags it decided on
             return
@@ -187,7 +196,10 @@ class TorchRLEnv(EnvBase):
         request = views.root_with_extras(t)
         if self._preset_keys:
             request.set(keys.NEXT, views.next(t).select(*self._preset_keys).clone())
-        views.write_next(t, self.env.step(request).get(keys.NEXT))
+        result = self.env.step(request).get(keys.NEXT)
+        if self._held_keys:
+            self._held_next = result.select(*self._held_keys)
+        views.write_next(t, result)
 
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         result = self.env.reset(tensordict)
