@@ -327,7 +327,7 @@ class CollectorBase:
             AttributeError / KeyError / IndexError: a path that leads nowhere.
         """
         if model_id != POLICY_MODEL_ID:
-            return resolve_attribute_path(self, model_id)
+            return resolve_attribute_path(self._model_root(), model_id)
         model = self._policy_model()
         if model is None:
             raise ValueError(
@@ -339,6 +339,10 @@ class CollectorBase:
     def _policy_model(self) -> Any:
         """The policy module this collector holds (None: none here)."""
         raise NotImplementedError
+
+    def _model_root(self) -> Any:
+        """What model ids other than "policy" are attribute paths on: this collector."""
+        return self
 
     def getattr_policy(self, attr: str) -> Any:
         """An attribute of the policy (`get_model("policy")`)."""

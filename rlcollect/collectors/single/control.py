@@ -35,6 +35,7 @@ from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.profiling import ProfileConfig, ProfilingHook, RolloutProfiler
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.errors import MisuseError
+from rlcollect.transforms.step_limit import StepLimit
 
 
 class CollectorControl(CollectorBase):
@@ -120,7 +121,7 @@ class CollectorControl(CollectorBase):
 
     def _model_root(self) -> Any:
         """What model ids are resolved on: this collector, with `env` the env it was given
-        (a TorchRL env, not the wrapper it steps), as in TorchRL's collector."""
+        (a TorchRL env, not the wrappers it steps), as in TorchRL's collector."""
         return _ModelRoot(self)
 
     def apply_model_weights(self, models: Mapping[str, Any], timeout: float | None = None) -> None:
@@ -385,12 +386,15 @@ class CollectorControl(CollectorBase):
 
 
 class _ModelRoot:
-    """A collector seen as TorchRL's: `env` is the TorchRL env it was given (unwrapped from
-    `TorchRLEnv`), anything else is the collector's."""
+    """A collector seen as TorchRL's: `env` is the env it was given (under the step limit of
+    `max_frames_per_traj` and the TorchRL adapter the collector added), anything else is the
+    collector's. A model id such as `"env.transform[0].module"` names the user's objects."""
 
     def __init__(self, collector: Any) -> None:
         self._collector = collector
         env = collector.env
+        while isinstance(env, StepLimit):
+            env = env.env
         self.env = env.env if isinstance(env, TorchRLEnv) else env
 
     def __getattr__(self, name: str) -> Any:

@@ -111,6 +111,32 @@ def test_collector_refuses_unknown_model_ids_and_wrong_weights() -> None:
         assert not (collector.next()["next", "value"] == 7).any()  # nothing was loaded
 
 
+def test_model_ids_name_the_users_env_under_the_step_limit() -> None:
+    """With `max_frames_per_traj` the collector steps its step limit around the user's env;
+    `"env.transform[0].module"` still names the user's transform's module, for `get_model`
+    and for updates, as in TorchRL (whose StepCounter is appended after the user's)."""
+    env = make_env()
+    theirs = TorchRLCollector(make_env(), None, frames_per_batch=8, max_frames_per_traj=5)
+    with Collector(env, greedy_module(), frames_per_batch=8, max_frames_per_traj=5) as ours:
+        assert ours.get_model(VALUE) is env.transform[0].module
+        assert type(theirs.get_model(VALUE)) is type(ours.get_model(VALUE))
+        ours.update_policy_weights_(weights_dict={VALUE: value_net(7.0)})
+        batch = ours.next()
+        assert (batch["next", "value"] == 7).all()
+        assert int(batch["next", "step_count"].max()) == 5
+    theirs.shutdown()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_workers_resolve_model_ids_under_the_step_limit() -> None:
+    with MultiSyncCollector(
+        [make_env, make_env], greedy_module(), frames_per_batch=8, max_frames_per_traj=5
+    ) as collector:
+        collector.update_policy_weights_(weights_dict={VALUE: value_net(7.0)})
+        assert (collector.next()["next", "value"] == 7).all()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
