@@ -27,6 +27,10 @@ import pytest
 
 CLUSTER_CPUS = 2
 OBJECT_STORE_BYTES = 200 * 1024**2
+# Ray starts its workers (every actor) at nice 15: beside programs at nice 0 on a busy 2-core
+# machine an actor then gets a few percent of a core, and building one (importing torch) took
+# minutes, past every test's timeout. The tests check our code, not Ray's priorities.
+SYSTEM_CONFIG = {"worker_niceness": 0}
 # What code that uses Ray says.
 USES_RAY = re.compile(
     r"\bimport ray\b|\bfrom ray\b|\bray\.init\("
@@ -40,8 +44,9 @@ _clusters = pytest.StashKey[list[str]]()
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
-    """The session's local cluster (2 CPUs, a 200 MB object store, no dashboard): its GCS
-    address, for processes that join it. Tests skip only when Ray is not installed."""
+    """The session's local cluster (2 CPUs, a 200 MB object store, no dashboard, workers at
+    the tests' priority): its GCS address, for processes that join it. Tests skip only when
+    Ray is not installed."""
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
@@ -50,6 +55,7 @@ def ray_cluster() -> Iterator[str]:
             object_store_memory=OBJECT_STORE_BYTES,
             include_dashboard=False,
             log_to_driver=False,
+            _system_config=SYSTEM_CONFIG,
         )
     try:
         yield ray.get_runtime_context().gcs_address

@@ -46,7 +46,8 @@ def check_init_config(ray_init_config: Any) -> dict[str, Any]:
     """`ray_init_config` as a dict of `ray.init` keyword arguments, or an error naming the key.
 
     Raises:
-        TypeError: not a mapping, or a key that `ray.init` does not take.
+        TypeError: not a mapping, or a key that `ray.init` does not take (keys that start
+            with "_", Ray's hidden options such as `_system_config`, are left to Ray).
     """
     if ray_init_config is None:
         return {}
@@ -62,7 +63,9 @@ def check_init_config(ray_init_config: Any) -> dict[str, Any]:
         if parameter.kind is not parameter.VAR_KEYWORD
     ]
     for name in ray_init_config:
-        if name not in accepted:
+        # Ray's hidden options (`_system_config`, `_temp_dir`, ...) are read from `**kwargs`;
+        # ray.init refuses an unknown one itself.
+        if name not in accepted and not str(name).startswith("_"):
             close = difflib.get_close_matches(str(name), accepted, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"ray_init_config has {name!r}, which ray.init() does not take.{hint}")

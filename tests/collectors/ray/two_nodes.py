@@ -41,7 +41,11 @@ TOTAL_FRAMES = 1_000_000
 NODE = {"object_store_memory": 80 * 1024**2}
 # The GCS declares a node dead after 3 missed health checks 0.3 s apart (Ray's default: 5
 # missed, 3 s apart), so that the lost actor is known dead within a second or two.
-SYSTEM_CONFIG = {"health_check_period_ms": 300, "health_check_failure_threshold": 3}
+SYSTEM_CONFIG = {
+    "health_check_period_ms": 300,
+    "health_check_failure_threshold": 3,
+    "worker_niceness": 0,  # as the test run's cluster (tests/ray_session.py)
+}
 
 
 def on_node(node_id: str, soft: bool = False) -> dict[str, Any]:
