@@ -8,6 +8,10 @@ from typing import Any
 
 # Seconds within which a failed or dead actor must be reported (the promise).
 REPORT_SECONDS = 10.0
+# A Ray test's bound: building actors (a fresh interpreter importing torch each) took minutes
+# on a busy 2-core machine; this bounds a hang, not how fast the machine is (what must be
+# prompt, such as REPORT_SECONDS, is bounded inside the tests).
+RAY_TEST_TIMEOUT = 300
 
 
 def counting_env(episode_length: int = 4) -> Any:

@@ -15,12 +15,13 @@ from tests.collectors.evaluation.parts import (
     sign_policy_factory,
     where_and_what,
 )
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT
 from tests.conftest import processes_gone
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 

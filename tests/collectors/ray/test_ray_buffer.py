@@ -23,12 +23,12 @@ from rlcollect.replay import (
     RayReplayBuffer,
     ReplayBuffer,
 )
-from tests.collectors.ray.helpers import counting_env, extend_through
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env, extend_through
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 

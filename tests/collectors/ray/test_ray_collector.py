@@ -23,13 +23,13 @@ from rlcollect.replay import ReplayBuffer
 from rlcollect.runtime.ray_lease import RayLease
 from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
-from tests.collectors.ray.helpers import counting_env
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 from tests.conftest import processes_gone
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 ROOT = Path(__file__).resolve().parents[2]
@@ -408,4 +408,4 @@ def test_workers_of_the_test_run_cluster_run_at_the_tests_priority() -> None:
     def niceness() -> int:
         return os.nice(0)
 
-    assert ray.get(niceness.remote(), timeout=60) == os.nice(0)
+    assert ray.get(niceness.remote(), timeout=240) == os.nice(0)

@@ -17,13 +17,18 @@ from rlcollect.errors import MisuseError, WorkerError
 from rlcollect.replay import LazyTensorStorage, RayReplayBuffer
 from tests.collectors.faulty_envs import failing_env, healthy_env
 from tests.collectors.policies import bias_module
-from tests.collectors.ray.helpers import REPORT_SECONDS, actor_handles, counting_env
+from tests.collectors.ray.helpers import (
+    RAY_TEST_TIMEOUT,
+    REPORT_SECONDS,
+    actor_handles,
+    counting_env,
+)
 from tests.conftest import processes_gone
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 PENDULUM = "Pendulum-v1"

@@ -15,14 +15,14 @@ from tests.collectors.multiprocess.test_multi_model_weights import (
     value_net,
 )
 from tests.collectors.policies import greedy_module
-from tests.collectors.ray.helpers import REPORT_SECONDS, actor_handles
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, REPORT_SECONDS, actor_handles
 from tests.conftest import processes_gone
 
 ray = pytest.importorskip("ray")
 
 
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 

@@ -7,12 +7,13 @@ import torch
 
 from rlcollect.collectors.ray.collector import RayCollector
 from tests.collectors.policy.test_policy_map import Greedy, tag, team_of
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT
 
 pytest.importorskip("ray")
 pytest.importorskip("mpe2")
 
 pytestmark = [
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 

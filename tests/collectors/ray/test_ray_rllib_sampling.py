@@ -17,6 +17,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import ViewRequirement, keys
 from rlcollect.collectors import RayCollector
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT
 from tests.collectors.ray.helpers import counting_env as plain_counting_env
 from tests.collectors.sampling.test_batch_modes import assert_whole, episodes_of
 from tests.collectors.sampling.test_view_requirements import (
@@ -29,7 +30,7 @@ from tests.collectors.sampling.test_view_requirements import (
 pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 # Actor 0's episodes last 3 steps, actor 1's 5.

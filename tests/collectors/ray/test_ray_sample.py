@@ -16,7 +16,7 @@ import pytest
 
 from rlcollect import Collector, Episode, MultiAgentEpisode, keys
 from rlcollect.collectors import RayCollector
-from tests.collectors.ray.helpers import counting_env
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 from tests.collectors.sampling.test_sample import (
     PARITY,
     SPREAD,
@@ -33,7 +33,7 @@ from tests.collectors.sampling.test_sample import (
 pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 MAKERS = [counting_env(3), counting_env(5)]

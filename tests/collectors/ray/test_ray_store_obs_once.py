@@ -8,11 +8,11 @@ import torch
 from rlcollect import transition_view
 from rlcollect.batch.compact import is_compact
 from rlcollect.collectors.ray.collector import RayCollector
-from tests.collectors.ray.helpers import counting_env
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 
 pytest.importorskip("ray")
 
-pytestmark = [pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(RAY_TEST_TIMEOUT)]
 
 
 def test_compact_batches_give_the_standard_ones_back() -> None:

@@ -13,12 +13,12 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rlcollect.collectors import Collector, RayCollector
-from tests.collectors.ray.helpers import counting_env
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 

@@ -20,13 +20,13 @@ from rlcollect.collectors import (
 )
 from rlcollect.errors import MisuseError
 from tests.collectors.policies import BiasPolicy, bias_module
-from tests.collectors.ray.helpers import REPORT_SECONDS
+from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, REPORT_SECONDS
 from tests.conftest import processes_gone
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(RAY_TEST_TIMEOUT),
     pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
 ]
 PENDULUM = "Pendulum-v1"
