@@ -1,9 +1,16 @@
 """Batched inference, side by side: rlcollect's AsyncBatchedCollector vs TorchRL's, and vs
 rlcollect's MultiAsyncCollector (a policy copy in every worker).
 
-CartPole-v1 with the benchmark MLP (`benchmarks/collectors.py`'s SamplingPolicy, 4-64-64-2),
-2 to 8 env workers of one env each, the policy on the CPU. Every measurement runs in its own
-fresh interpreter; frames/s are timed after one untimed warm-up batch.
+Three cases, 2 to 16 env workers of one env each, the policy on the CPU (one torch thread):
+* `small`: CartPole-v1 with the benchmark MLP (`benchmarks/collectors.py`'s SamplingPolicy,
+  4-64-64-2);
+* `large`: CartPole-v1 with the MLP widened to 4-1024-1024-2, where one batched forward should
+  beat one forward per worker;
+* `pixel`: 4x84x84 uint8 frames (`benchmarks/pixel_env.py`, a Gymnasium env both libraries
+  build by id) with CleanRL's Nature CNN (`benchmarks/scaling.py`), 6 actions.
+
+Every measurement runs in its own fresh interpreter: one untimed warm-up batch, then batches for
+at least `--seconds`; each case keeps its best of `--rounds` interleaved rounds.
 
 Rows:
 * `ours-thread`: our AsyncBatchedCollector, server thread in the collector's process, shared
@@ -16,13 +23,12 @@ Rows:
   server process, a policy factory);
 * `ours-multiasync`: our MultiAsyncCollector, the policy in every worker.
 
-    python benchmarks/batched_inference.py            # full run (best of 3 interleaved rounds)
-    python benchmarks/batched_inference.py --quick    # smoke run (no 8-worker cases)
+    python benchmarks/batched_inference.py            # full run (about 40 minutes on 2 cores)
+    python benchmarks/batched_inference.py --quick    # smoke run (one short round, <= 4 workers)
     python benchmarks/batched_inference.py --from-logs run1.txt run2.txt   # report saved logs
 
-A second case widens the MLP to 4-1024-1024-2 (ours-thread, torchrl-shm, ours-multiasync), where
-one batched forward should beat one forward per worker.
-Writes benchmarks/results/batched_inference.csv.
+Writes benchmarks/results/batched_inference.csv and a plot, batched_inference.png (copied to
+docs/img/ for the results page).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -46,9 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectors import SamplingPolicy
 from torch import nn
 
-ENV_ID = "CartPole-v1"
+CARTPOLE = "CartPole-v1"
 FRAMES_PER_BATCH = 1000
-WORKERS = (2, 4, 8)
 IMPLEMENTATIONS = (
     "ours-thread",
     "torchrl-shm",
@@ -59,12 +65,20 @@ IMPLEMENTATIONS = (
 # Seconds a measurement may take before it is reported as failed (a hang, not a number).
 MEASURE_TIMEOUT = 600
 RESULTS = Path(__file__).resolve().parent / "results" / "batched_inference.csv"
+PLOT = RESULTS.with_suffix(".png")
+DOCS_PLOT = Path(__file__).resolve().parents[1] / "docs" / "img" / PLOT.name  # the results page
 LARGE_WIDTH = 1024
-# The cases: (policy size, worker counts, implementations).
+# The cases: (policy, worker counts, implementations).
 CASES = (
-    ("small", (2, 4, 8), IMPLEMENTATIONS),
+    ("small", (2, 4, 8, 16), IMPLEMENTATIONS),
     ("large", (4, 8), ("ours-thread", "torchrl-shm", "ours-multiasync")),
+    ("pixel", (2, 4, 8, 16), IMPLEMENTATIONS),
 )
+CASE_TITLES = {
+    "small": "CartPole, MLP 4-64-64-2",
+    "large": "CartPole, MLP 4-1024-1024-2",
+    "pixel": "4x84x84 uint8 frames, Nature CNN",
+}
 
 
 class LargeSamplingPolicy(SamplingPolicy):
@@ -83,25 +97,34 @@ class LargeSamplingPolicy(SamplingPolicy):
 
 
 def make_module(size: str = "small") -> object:
-    """The benchmark MLP (or its large variant) as a TensorDict module, the same weights
-    everywhere."""
+    """The case's policy (benchmark MLP, its large variant, or the Nature CNN) as a TensorDict
+    module, the same weights everywhere."""
+    from scaling import NatureCNN
     from tensordict.nn import TensorDictModule
 
     torch.manual_seed(0)
-    module = LargeSamplingPolicy() if size == "large" else SamplingPolicy()
-    return TensorDictModule(module, in_keys=["observation"], out_keys=["action"])
+    modules = {"small": SamplingPolicy, "large": LargeSamplingPolicy, "pixel": NatureCNN}
+    return TensorDictModule(modules[size](), in_keys=["observation"], out_keys=["action"])
 
 
-def ours_env() -> object:
+def env_id(size: str) -> str:
+    if size != "pixel":
+        return CARTPOLE
+    from pixel_env import register
+
+    return register()
+
+
+def ours_env(size: str) -> object:
     from rlcollect.envs import GymEnv
 
-    return GymEnv(ENV_ID)
+    return GymEnv(env_id(size))
 
 
-def torchrl_env() -> object:
+def torchrl_env(size: str) -> object:
     from torchrl.envs import GymEnv
 
-    return GymEnv(ENV_ID)
+    return GymEnv(env_id(size))
 
 
 def build(implementation: str, workers: int, size: str = "small") -> object:
@@ -111,6 +134,8 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
 
     common = {"frames_per_batch": FRAMES_PER_BATCH, "total_frames": -1}
     policy = functools.partial(make_module, size)
+    ours = functools.partial(ours_env, size)
+    theirs = functools.partial(torchrl_env, size)
     thread_config = InferenceServerConfig(max_batch_size=workers, timeout=0.001)
     process_config = InferenceServerConfig(
         service_backend="process", max_batch_size=workers, timeout=0.001
@@ -119,13 +144,13 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
         from rlcollect.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            [ours_env] * workers, policy=policy(), server_config=thread_config, **common
+            [ours] * workers, policy=policy(), server_config=thread_config, **common
         )
     if implementation == "ours-process":
         from rlcollect.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            [ours_env] * workers,
+            [ours] * workers,
             policy_factory=policy,
             server_config=process_config,
             **common,
@@ -134,7 +159,7 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
         from torchrl.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            [torchrl_env] * workers,
+            [theirs] * workers,
             policy=policy(),
             env_backend="multiprocessing",
             env_exchange="shm",
@@ -146,7 +171,7 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
         from torchrl.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            [torchrl_env] * workers,
+            [theirs] * workers,
             policy_factory=policy,
             env_backend="multiprocessing",
             transport="auto",
@@ -157,7 +182,7 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
         from rlcollect.collectors import MultiAsyncCollector
 
         return MultiAsyncCollector(
-            [ours_env] * workers,
+            [ours] * workers,
             policy(),
             frames_per_batch=FRAMES_PER_BATCH // workers,
             total_frames=-1,
@@ -165,13 +190,13 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
     raise ValueError(f"unknown implementation {implementation!r}; use one of {IMPLEMENTATIONS}.")
 
 
-def time_batches(collector: object, frames: int) -> dict[str, float]:
-    """Frames/s over at least `frames` frames, after one untimed warm-up batch; the mean
-    number of rows per server forward, where there is a server."""
+def time_batches(collector: object, seconds: float) -> dict[str, float]:
+    """Frames/s over whole batches for at least `seconds`, after one untimed warm-up batch;
+    the mean number of rows per server forward, where there is a server."""
     iterator = iter(collector)  # type: ignore[call-overload]
     next(iterator)
     start, collected = time.perf_counter(), 0
-    while collected < frames:
+    while time.perf_counter() - start < seconds:
         collected += next(iterator).numel()
     result = {"fps": collected / (time.perf_counter() - start)}
     stats = getattr(collector, "server_stats", None)
@@ -183,7 +208,7 @@ def time_batches(collector: object, frames: int) -> dict[str, float]:
 
 
 def run_subprocess(
-    implementation: str, workers: int, size: str, frames: int
+    implementation: str, workers: int, size: str, seconds: float
 ) -> dict[str, float] | str:
     """One measurement in a fresh interpreter: its numbers, or why there are none."""
     command = [
@@ -195,8 +220,8 @@ def run_subprocess(
         str(workers),
         "--policy",
         size,
-        "--frames",
-        str(frames),
+        "--seconds",
+        str(seconds),
     ]
     try:
         done = subprocess.run(
@@ -213,13 +238,13 @@ def run_subprocess(
 Key = tuple[str, int, str]  # policy size, workers, implementation
 
 
-def measure(cases: list[Key], frames: int, rounds: int) -> dict[Key, dict[str, float]]:
+def measure(cases: list[Key], seconds: float, rounds: int) -> dict[Key, dict[str, float]]:
     """Best frames/s of `rounds` interleaved rounds for each case."""
     best: dict[Key, dict[str, float]] = {}
     for round_index in range(rounds):
         for case in cases:
             size, workers, name = case
-            result = run_subprocess(name, workers, size, frames)
+            result = run_subprocess(name, workers, size, seconds)
             print(f"round {round_index + 1}: {size} {name} x{workers}: {result}", flush=True)
             if isinstance(result, str):
                 continue
@@ -262,11 +287,11 @@ def ratio(best: dict[Key, dict[str, float]], size: str, workers: int, a: str, b:
 
 
 def report(best: dict[Key, dict[str, float]], cases: list[Key]) -> None:
-    """Print the frames/s tables with the ratios the issue asks for, and write the CSV."""
-    print(f"\nframes/s, {ENV_ID}, policy on the CPU, {os.cpu_count()} cores")
+    """Print the frames/s tables with the ratios the issue asks for, write the CSV and plot."""
+    print(f"\nframes/s, policy on the CPU, {os.cpu_count()} cores")
     for size in dict.fromkeys(case[0] for case in cases):
         names = list(dict.fromkeys(case[2] for case in cases if case[0] == size))
-        print(f"\n{size} MLP\nworkers | " + " | ".join(names))
+        print(f"\n{CASE_TITLES[size]}\nworkers | " + " | ".join(names))
         for workers in dict.fromkeys(case[1] for case in cases if case[0] == size):
             cells = [best.get((size, workers, name), {}).get("fps", float("nan")) for name in names]
             print(f"{workers} | " + " | ".join(f"{value:,.0f}" for value in cells))
@@ -296,7 +321,42 @@ def report(best: dict[Key, dict[str, float]], cases: list[Key]) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print(f"wrote {RESULTS}")
+    plot(best, cases)
+    print(f"wrote {RESULTS} and {PLOT}")
+
+
+def plot(best: dict[Key, dict[str, float]], cases: list[Key]) -> None:
+    """Frames/s against env workers (log-log), one panel per case, one line per row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = list(dict.fromkeys(case[0] for case in cases))
+    figure, panels = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False)
+    for panel, size in zip(panels[0], sizes, strict=True):
+        for name in dict.fromkeys(case[2] for case in cases if case[0] == size):
+            points = [
+                (workers, best[(size, workers, name)]["fps"])
+                for s, workers, n in cases
+                if (s, n) == (size, name) and (size, workers, name) in best
+            ]
+            if points:
+                color = f"C{IMPLEMENTATIONS.index(name)}"  # one colour per row, every panel
+                panel.plot(*zip(*points, strict=True), marker="o", label=name, color=color)
+        panel.set(xscale="log", yscale="log", xlabel="env workers", title=CASE_TITLES[size])
+        panel.set_xticks(sorted({case[1] for case in cases if case[0] == size}))
+        panel.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        panel.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
+        panel.grid(True, which="both", alpha=0.3)
+    panels[0][0].set_ylabel("frames/s")
+    panels[0][0].legend(fontsize=8)
+    figure.suptitle(f"Batched inference, policy on the CPU, {os.cpu_count()} cores")
+    figure.tight_layout()
+    figure.savefig(PLOT, dpi=110)
+    plt.close(figure)
+    DOCS_PLOT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(PLOT, DOCS_PLOT)
 
 
 def main() -> None:
@@ -305,7 +365,7 @@ def main() -> None:
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
     parser.add_argument("--policy", default="small", help=argparse.SUPPRESS)
-    parser.add_argument("--frames", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per row")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", nargs="*", default=None, help="implementations to run")
     parser.add_argument("--sizes", nargs="*", default=None, help="policy sizes to run")
@@ -316,12 +376,12 @@ def main() -> None:
     if args.from_logs:
         report(*best_from_logs(args.from_logs))
         return
-    frames = args.frames or (3_000 if args.quick else 10_000)
+    seconds = args.seconds or (2.0 if args.quick else 6.0)
     if args.measure:
         warnings.simplefilter("ignore")
         torch.set_num_threads(1)
         collector = build(args.measure, args.workers, args.policy)
-        print(json.dumps(time_batches(collector, frames)), flush=True)
+        print(json.dumps(time_batches(collector, seconds)), flush=True)
         os._exit(0)  # TorchRL's collectors may keep the interpreter alive after shutdown
     cases = [
         (size, workers, name)
@@ -330,11 +390,11 @@ def main() -> None:
         for name in names
         if (args.only is None or name in args.only)
         and (args.sizes is None or size in args.sizes)
-        and not (args.quick and workers == 8)
+        and not (args.quick and workers > 4)
     ]
-    rounds = args.rounds or (1 if args.quick else 3)
-    print(f"{frames} frames per measurement, best of {rounds} rounds, fpb={FRAMES_PER_BATCH}")
-    report(measure(cases, frames, rounds), cases)
+    rounds = args.rounds or (1 if args.quick else 2)
+    print(f"{seconds} s per measurement, best of {rounds} rounds, fpb={FRAMES_PER_BATCH}")
+    report(measure(cases, seconds, rounds), cases)
 
 
 if __name__ == "__main__":

@@ -65,9 +65,12 @@ class NatureCNN(nn.Module):
         self.actions = actions
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        logits = self.actor(self.network(observation.float() / 255.0))
+        """Any leading dims (none for one env's `[4, 84, 84]` frames)."""
+        frames = observation.reshape(-1, *observation.shape[-3:])
+        logits = self.actor(self.network(frames.float() / 255.0))
         index = torch.distributions.Categorical(logits=logits).sample()
-        return nn.functional.one_hot(index, self.actions)
+        action = nn.functional.one_hot(index, self.actions)
+        return action.reshape(*observation.shape[:-3], self.actions)
 
 
 class ActionIndex(nn.Module):
