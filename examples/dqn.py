@@ -20,12 +20,10 @@ import copy
 import logging
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import hydra
 import torch
-from common.checkpoint import save_checkpoint
 from common.config import (
     ConfigError,
     build,
@@ -41,11 +39,12 @@ from common.config import (
     validate,
 )
 from common.env_info import EnvInfo, probe_env
-from common.evaluation import EVAL_SEED_OFFSET, BackgroundEvaluation, evaluate, report_run
+from common.evaluation import report_run
 from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
 from common.off_policy import StallWatch, UpdatePacer
+from common.periodic_evaluation import PeriodicEvaluation
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
 from common.video import EvaluationVideo, check_video_config
@@ -58,7 +57,6 @@ from rlcollect import keys
 
 log = logging.getLogger(__name__)  # Hydra sends it to the console and the job log
 
-BEST_POLICY_NAME = "best_policy.pt"
 EXTRA_COLUMNS = ("loss", "epsilon", "lr", "updates", "buffer_size", "eval_return", WEIGHT_UPDATE)
 
 
@@ -248,8 +246,9 @@ def train(cfg: DictConfig) -> None:
 
     video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
     evaluation = PeriodicEvaluation(
-        cfg, policy, key, collector.frames, recorder.run_dir / BEST_POLICY_NAME, video
-    )
+        cfg, policy, [key], collector.frames, recorder.run_dir, video,
+        greedy_weights=without_exploration,
+    )  # fmt: skip
     if state:
         evaluation.resume(state.get("best_policy"))
 
@@ -372,121 +371,6 @@ def learn(
 def without_exploration(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`EpsilonGreedy`'s weights with epsilon 0: greedy whatever the interaction type."""
     return {**weights, "epsilon": torch.zeros_like(weights["epsilon"])}
-
-
-class PeriodicEvaluation:
-    """Greedy episodes of the learner's policy every `eval_every` frames (`eval_episodes` of
-    them): the return DQN is judged by, free of the exploration noise of training episodes.
-
-    They run in the background (`BackgroundEvaluation`: rlcollect's `Evaluator` in a thread,
-    playing the weights with epsilon 0), so training does not pause for them: an evaluation
-    started at a log row is reported in the row where it has finished, and its frame count is
-    the one it started at.
-    The best-scoring policy so far is written to `<run dir>/best_policy.pt` (as SB3's
-    EvalCallback does): DQN on CartPole can unlearn a solved task late in a run. Every
-    `video.every` evaluations, `video` records a greedy episode too.
-    """
-
-    def __init__(
-        self,
-        cfg: DictConfig,
-        policy: EpsilonGreedy,
-        key: Any,
-        start_frames: int,
-        best_path: Path,
-        video: EvaluationVideo,
-    ) -> None:
-        self.every = cfg.eval_every
-        self.video = video
-        self.evaluations = 0
-        self.episodes = cfg.eval_episodes
-        self.env_factory = build_partial(cfg, "env.make")
-        self.learner_policy = policy
-        self.policy = TensorDictModule(policy, in_keys=[key], out_keys=[keys.ACTION])
-        self.next_at = start_frames + self.every
-        self.best_path = best_path
-        self.best: dict[str, Any] | None = None  # what best_path holds: policy, frames, return
-        # Every evaluation starts from the same states, so their returns compare policies.
-        self.seed = cfg.seed + EVAL_SEED_OFFSET
-        self.fresh_seed = self.seed + 100_000  # episodes no evaluation picked a policy on
-        self.background = (
-            BackgroundEvaluation(
-                self.env_factory,
-                policy,
-                [key],
-                self.episodes,
-                self.seed,
-                greedy_weights=without_exploration,
-            )
-            if self.every > 0 and self.episodes > 0
-            else None
-        )
-
-    @property
-    def best_return(self) -> float:
-        """The greedy return of the best policy so far (-inf before the first evaluation)."""
-        return -math.inf if self.best is None else float(self.best["eval_return"])
-
-    def resume(self, saved_best: dict[str, Any] | None) -> None:
-        """Take over the best policy of the run being resumed: the checkpoint's, or the one in
-        the run dir when the run went on past its checkpoint and found a better one. The run
-        dir's `best_policy.pt` then holds it, also when resuming into a new run dir."""
-        on_disk = None
-        if self.best_path.exists():
-            on_disk = torch.load(self.best_path, map_location="cpu", weights_only=True)
-        candidates = [best for best in (saved_best, on_disk) if best is not None]
-        if not candidates:
-            return
-        self.best = max(candidates, key=lambda best: float(best["eval_return"]))
-        if self.best is not on_disk:
-            save_checkpoint(self.best_path, self.best)
-
-    def run_if_due(self, frames: int) -> float:
-        """Start a background evaluation when one is due at `frames`; the mean greedy return
-        of the evaluation that finished since the last call (NaN when none did)."""
-        if self.background is not None and frames >= self.next_at:
-            self.next_at += self.every * ((frames - self.next_at) // self.every + 1)  # grid
-            if self.background.start(frames):
-                self.evaluations += 1
-                if self.video.due(self.evaluations):
-                    self.video.record(self.policy, frames, self.seed)
-        return self.collect()
-
-    def collect(self, wait: bool = False) -> float:
-        """Take the finished evaluations (with `wait`, the running one too), keep the best
-        policy, and return the latest mean return (NaN when none finished)."""
-        if self.background is None:
-            return float("nan")
-        mean = float("nan")
-        for result in self.background.finished(wait):
-            mean = result.mean_return
-            if mean >= self.best_return:  # on a tie, keep the later (longer-trained) policy
-                self.best = {
-                    "policy": result.weights,
-                    "frames": result.frames,
-                    "eval_return": mean,
-                }
-                save_checkpoint(self.best_path, self.best)
-        return mean
-
-    def close(self) -> None:
-        """Stop the background evaluations."""
-        if self.background is not None:
-            self.background.close()
-
-    def report_best(self) -> None:
-        """Re-evaluate the saved best policy on fresh episodes and print the result."""
-        if self.episodes <= 0 or not self.best_path.exists():
-            return
-        saved = torch.load(self.best_path, map_location="cpu", weights_only=True)
-        best = copy.deepcopy(self.learner_policy)
-        best.load_state_dict(saved["policy"])
-        module = TensorDictModule(best, in_keys=self.policy.in_keys, out_keys=[keys.ACTION])
-        mean = evaluate(self.env_factory, module, self.episodes, self.fresh_seed)
-        log.info(
-            f"best policy ({saved['eval_return']:.1f} at {saved['frames']} frames, "
-            f"{self.best_path}): mean return {mean:.1f} over {self.episodes} new episodes"
-        )
 
 
 def log_row(

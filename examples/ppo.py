@@ -38,6 +38,7 @@ from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.metrics import WINDOW_RETURN
+from common.periodic_evaluation import EVAL_RETURN, PeriodicEvaluation
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
 from common.video import EvaluationVideo, check_video_config
@@ -144,7 +145,7 @@ def check_config(cfg: DictConfig) -> None:
         cfg,
         targets=["env.make", "collector", "actor", "critic", "optim", "gae", "logger"],
         positive_ints=["ppo.epochs", "ppo.num_minibatches", "torch_threads"],
-        nonnegative_ints=["eval_episodes"],
+        nonnegative_ints=["eval_episodes", "eval_every"],
         fractions=["gae.gamma", "gae.lmbda"],
         positive_numbers=["ppo.clip_epsilon", "ppo.max_grad_norm"],
     )
@@ -233,15 +234,21 @@ def train(cfg: DictConfig) -> float:
                 f"{factor:.3g}x optim.lr down to 0 at {collector.total_frames} frames"
             )
 
-    def checkpoint() -> dict[str, Any]:
-        return parts.checkpoint(cfg, "ppo")
-
     minibatch_size = collector.frames_per_batch // cfg.ppo.num_minibatches
-    recorder = RunRecorder.for_run(
-        cfg, collector, state, f"PPO {cfg.env.id}", extra_columns=(*LOSS_COLUMNS, WEIGHT_UPDATE)
-    )
+    columns = (*LOSS_COLUMNS, EVAL_RETURN, WEIGHT_UPDATE)
+    recorder = RunRecorder.for_run(cfg, collector, state, f"PPO {cfg.env.id}", columns)
     video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
     eval_seed = cfg.seed + EVAL_SEED_OFFSET
+    # Greedy episodes every eval_every frames, in a worker process (the actor's mode).
+    outputs = [keys.ACTION, keys.SAMPLE_LOG_PROB]
+    evaluation = PeriodicEvaluation(
+        cfg, actor, [key], collector.frames, recorder.run_dir, out_keys=outputs
+    )
+    if state:
+        evaluation.resume(state.get("best_policy"))
+
+    def checkpoint() -> dict[str, Any]:
+        return {**parts.checkpoint(cfg, "ppo"), "best_policy": evaluation.best}
 
     with StopOnInterrupt() as stop:  # Ctrl-C: leave the loop, save, exit
         for iteration, data in enumerate(collector, 1):
@@ -259,13 +266,18 @@ def train(cfg: DictConfig) -> float:
             with recorder.timed(WEIGHT_UPDATE):
                 collector.update_policy_weights_()
             lr = optimizer.param_groups[0]["lr"]
-            recorder.log(collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon)
+            eval_return = evaluation.run_if_due(collector.frames)
+            recorder.log(
+                collector.stats(), **means, lr=lr, clip_epsilon=settings.clip_epsilon,
+                eval_return=eval_return,
+            )  # fmt: skip
             if recorder.checkpoint_due(collector.frames):
                 recorder.save(collector.frames, checkpoint)
             if video.due(iteration, last=collector.is_done):
                 video.record(policy, collector.frames, eval_seed)
             if stop.requested:
                 break
+        evaluation.finish(recorder, collector.stats(), wait=not stop.requested)
 
     recorder.save(collector.frames, checkpoint)
     recorder.close()
@@ -273,6 +285,7 @@ def train(cfg: DictConfig) -> float:
     if not stop.requested:
         report_run(recorder, env_factory, policy, cfg.eval_episodes, seed=eval_seed)
         video.record(policy, collector.frames, eval_seed, final=True)
+        evaluation.report_best()
     recorder.finish()
     stop.exit_if_requested(recorder.run_dir)
     return float(recorder.last_row.get(WINDOW_RETURN, float("nan")))

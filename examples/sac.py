@@ -49,6 +49,7 @@ from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.off_policy import CollectionThrottle, RecentReturns, StallWatch, UpdatePacer
+from common.periodic_evaluation import EVAL_RETURN, PeriodicEvaluation
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.video import EvaluationVideo, check_video_config
 from omegaconf import DictConfig, OmegaConf
@@ -71,6 +72,7 @@ EXTRA_COLUMNS = (
     "lr",
     "updates",
     "buffer_size",
+    EVAL_RETURN,
     WEIGHT_UPDATE,
 )
 STATE_ENTRIES = ("actor", "critic", "target_critic", "log_alpha", "optimizer", "collector")
@@ -209,7 +211,7 @@ def check_config(cfg: DictConfig) -> None:
             "torch_threads",
         ],
         fractions=["sac.gamma", "sac.tau"],
-        nonnegative_ints=["eval_episodes", "sac.learning_starts"],
+        nonnegative_ints=["eval_episodes", "eval_every", "sac.learning_starts"],
         positive_numbers=["sac.utd_ratio", "sac.init_alpha", "sac.stall_timeout_s"],
     )
     check_video_config(cfg)
@@ -296,18 +298,24 @@ def train(cfg: DictConfig) -> float:
             **learner.state_dict(),
             "frames": collector.frames,
             "collector": collector.state_dict(),
+            "best_policy": evaluation.best,
         }
 
     video = EvaluationVideo(cfg, recorder.run_dir, recorder.logger)
     greedy = TensorDictModule(actor, in_keys=[key], out_keys=[keys.ACTION])
     eval_seed = cfg.seed + EVAL_SEED_OFFSET
+    # Greedy episodes every eval_every frames, in a worker process (the actor's mode).
+    evaluation = PeriodicEvaluation(cfg, actor, [key], collector.frames, recorder.run_dir)
+    if state:
+        evaluation.resume(state.get("best_policy"))
 
     # --- collect in the background, learn in the foreground ---
     collector.start()
     with StopOnInterrupt() as stop:  # Ctrl-C: leave the loop, save, exit
         try:
             parts = (replay_buffer, throttle, recent)
-            learn(cfg, collector, parts, learner, recorder, checkpoint, stop, video, greedy)
+            reporting = (video, greedy, evaluation)
+            learn(cfg, collector, parts, learner, recorder, checkpoint, stop, reporting)
         finally:
             throttle.open()
             collector.async_shutdown()
@@ -315,11 +323,13 @@ def train(cfg: DictConfig) -> float:
     last = recorder.last_row
     if (last.get("frames"), last.get("updates")) != (collector.frames, learner.updates):
         log_row(collector, replay_buffer, learner, recent, recorder)
+    evaluation.finish(recorder, collector.stats(), wait=not stop.requested)
     recorder.save(collector.frames, checkpoint)
     recorder.close()
     if not stop.requested:
         report_run(recorder, env_factory, greedy, cfg.eval_episodes, ["updates"], eval_seed)
         video.record(greedy, collector.frames, eval_seed, final=True)
+        evaluation.report_best()
     recorder.finish()
     stop.exit_if_requested(recorder.run_dir)
     return float(recorder.last_row.get(RECENT_RETURN, math.nan))
@@ -333,14 +343,15 @@ def learn(
     recorder: RunRecorder,
     checkpoint: Any,
     stop: StopOnInterrupt,
-    video: EvaluationVideo,
-    greedy: Any,
+    reporting: tuple[EvaluationVideo, Any, PeriodicEvaluation],
 ) -> None:
     """The learner loop: keep pace with collection (and it with the learner), push weights,
-    log, checkpoint, record a video of `greedy` every `video.every` rows; until the collector
-    is done or `stop` is requested (Ctrl-C). `data` is the replay buffer and the collector's
-    two hooks."""
+    log (starting a background greedy evaluation when one is due), checkpoint, record a video
+    of the greedy policy every `video.every` rows; until the collector is done or `stop` is
+    requested (Ctrl-C). `data` is the replay buffer and the collector's two hooks; `reporting`
+    the video, the greedy policy and the periodic evaluation."""
     replay_buffer, throttle, recent = data
+    video, greedy, evaluation = reporting
     pacer = UpdatePacer(cfg.sac.utd_ratio, cfg.sac.learning_starts)
     watch = StallWatch(collector, cfg.sac.stall_timeout_s)
     next_log = collector.frames + cfg.log_every
@@ -349,7 +360,8 @@ def learn(
     while not stop.requested:
         frames, buffer_size, finished = stored(collector, replay_buffer, throttle)
         if frames >= next_log:
-            log_row(collector, replay_buffer, learner, recent, recorder)
+            eval_return = evaluation.run_if_due(frames)
+            log_row(collector, replay_buffer, learner, recent, recorder, eval_return)
             next_log += cfg.log_every * ((frames - next_log) // cfg.log_every + 1)  # on the grid
             rows += 1
             if video.due(rows, last=finished):
@@ -391,8 +403,10 @@ def log_row(
     learner: Learner,
     recent: RecentReturns,
     recorder: RunRecorder,
+    eval_return: float = math.nan,
 ) -> None:
-    """Write one metrics row from the collector's stats and the learner's state."""
+    """Write one metrics row from the collector's stats and the learner's state (and the
+    greedy return of a background evaluation that finished since the last row)."""
     recorder.log(
         collector.stats(),
         **{RECENT_RETURN: recent.mean()},
@@ -401,6 +415,7 @@ def log_row(
         lr=learner.optimizer.param_groups[0]["lr"],
         updates=learner.updates,
         buffer_size=len(replay_buffer),
+        eval_return=eval_return,
     )
 
 

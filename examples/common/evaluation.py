@@ -134,6 +134,7 @@ class BackgroundEvaluation:
         seed: int | None = None,
         greedy_weights: Callable[[Weights], Weights] | None = None,
         backend: str = "thread",
+        out_keys: Sequence[Any] = (keys.ACTION,),
     ) -> None:
         self.policy = policy
         self.greedy_weights = greedy_weights
@@ -146,7 +147,7 @@ class BackgroundEvaluation:
         self.evaluator = Evaluator(
             env_factory,
             policy_factory=lambda env: TensorDictModule(
-                template, in_keys=list(in_keys), out_keys=[keys.ACTION]
+                template, in_keys=list(in_keys), out_keys=list(out_keys)
             ),
             num_trajectories=episodes,
             seed=seed,

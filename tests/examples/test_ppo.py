@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.examples.script_runner import (
     check_run_outputs,
@@ -123,3 +124,23 @@ def test_a_misspelt_key_without_plus_gets_the_closest_key(tmp_path: Path) -> Non
     message = "config error: collector.total_frame: the config has no such key. Did you mean "
     assert message + "collector.total_frames?" in result.stderr
     assert not run_dir.exists(), "stopped before Hydra made a run dir"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_ppo_evaluates_greedily_in_the_background_and_keeps_the_best(tmp_path: Path) -> None:
+    """`eval_every`: greedy episodes in an evaluator process while training goes on; their
+    returns land in `eval_return`, the best policy in best_policy.pt, re-evaluated at the end."""
+    result = run_script(
+        "ppo", tmp_path, *TINY, "collector.total_frames=1536", "eval_every=512", "eval_episodes=2"
+    )
+    check_succeeded(result)
+    with (tmp_path / "metrics.csv").open(newline="") as file:
+        returns = [float(row["eval_return"]) for row in csv.DictReader(file) if row["eval_return"]]
+    assert returns, "at least one background evaluation reported"
+    assert all(9 <= value <= 500 for value in returns)  # CartPole's returns, whole episodes
+    best = torch.load(tmp_path / "best_policy.pt", weights_only=True)
+    assert best["frames"] in (512, 1024, 1536)
+    assert best["eval_return"] == pytest.approx(max(returns), abs=0.01)  # the CSV rounds
+    assert set(best["policy"]) == set(torch.load(tmp_path / "checkpoint.pt")["actor"])
+    assert "best policy (" in result.stdout

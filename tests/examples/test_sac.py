@@ -154,3 +154,20 @@ def test_sac_refuses_discrete_actions(sac: ModuleType) -> None:
     message = "env.id='CartPole-v1': SAC squashes actions"
     with pytest.raises(sac.ConfigError, match=re.escape(message)):
         sac.build_actor_and_critic(cfg, info)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_sac_evaluates_greedily_in_the_background(tmp_path: Path) -> None:
+    """`eval_every`: greedy Pendulum episodes in an evaluator process while the learner
+    trains; their returns land in `eval_return`, the best policy in best_policy.pt."""
+    result = run_script(
+        "sac", tmp_path, *TINY, "collector.total_frames=800", "eval_every=400", "eval_episodes=1"
+    )
+    check_succeeded(result)
+    returns = [float(row["eval_return"]) for row in metric_rows(tmp_path) if row["eval_return"]]
+    assert returns, "at least one background evaluation reported"
+    assert all(-2000 < value <= 0 for value in returns)  # Pendulum: 200 steps of reward <= 0
+    best = torch.load(tmp_path / "best_policy.pt", weights_only=True)
+    assert best["eval_return"] == pytest.approx(max(returns), abs=0.01)  # the CSV rounds
+    assert "best policy (" in result.stdout
