@@ -1,6 +1,7 @@
 """Chaos soak: multi-process collectors keep every frame while workers are SIGKILLed at random.
 
-For MultiSyncCollector and MultiAsyncCollector with 4 workers (`restart_dead_workers=True`):
+For MultiSyncCollector and MultiAsyncCollector with 4 workers (`restart_dead_workers=True`), and
+AsyncBatchedCollector over 4 env workers (filling a buffer only):
 `start()` fills a shared buffer (memory and memmap storages) while a killer thread SIGKILLs a
 random worker (or, in the nested run, a random grandchild) every `--kill-every` seconds; then
 `for data in collector` with a weight update every batch, under the same killer. At the end it
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 
-from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors import AsyncBatchedCollector, MultiAsyncCollector, MultiSyncCollector
 from rlcollect.replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
 from rlcollect.testing.soak import (
     VersionedPolicy,
@@ -131,10 +132,40 @@ def make_buffer(storage: str, directory: Path) -> ReplayBuffer:
 
 
 def victims_of(collector: Any, nested: bool) -> Callable[[], list[int]]:
-    """The pids the killer picks from: the workers, or in a nested run the grandchildren."""
+    """The pids the killer picks from: the workers, or in a nested run the grandchildren
+    (AsyncBatchedCollector's: its env workers; its server is a thread here)."""
+    if isinstance(collector, AsyncBatchedCollector):
+        return collector.process_ids
     if not nested:
         return lambda: list(collector.pool.pids)
     return lambda: worker_pids(collector.stats(), depth=2)
+
+
+def build_filling(name: str, buffer: ReplayBuffer, nested: bool) -> Any:
+    """The collector of a background row: 4 workers filling `buffer`, restarting the dead."""
+    if name == "AsyncBatched":  # one env per worker, one server batching their policy calls
+        return AsyncBatchedCollector(
+            [soak_env] * NUM_WORKERS,
+            policy=VersionedPolicy(),
+            frames_per_batch=FRAMES_PER_BATCH,
+            total_frames=CAPACITY,
+            replay_buffer=buffer,
+            restart_dead_workers=True,
+        )
+    options: dict[str, Any] = {}
+    if nested:
+        options["collector_class"] = functools.partial(MultiSyncCollector, num_workers=2)
+    return COLLECTORS[name](
+        soak_env,
+        num_workers=NUM_WORKERS,
+        frames_per_batch=FRAMES_PER_BATCH // NUM_WORKERS
+        if name == "MultiAsync"
+        else FRAMES_PER_BATCH,
+        total_frames=CAPACITY,
+        replay_buffer=buffer,
+        restart_dead_workers=True,
+        **options,
+    )
 
 
 def leftovers(pids: set[int], prefix: str, shm_before: set[str], held_before: set[str]) -> int:
@@ -158,20 +189,7 @@ def soak_background(
     shm_before, held_before = shared_memory_of_ours(prefix), shared_memory_held()
     with tempfile.TemporaryDirectory(prefix="rlcollect-soak-") as directory:
         buffer = make_buffer(storage, Path(directory))
-        options: dict[str, Any] = {}
-        if nested:
-            options["collector_class"] = functools.partial(MultiSyncCollector, num_workers=2)
-        collector = COLLECTORS[name](
-            soak_env,
-            num_workers=NUM_WORKERS,
-            frames_per_batch=FRAMES_PER_BATCH // NUM_WORKERS
-            if name == "MultiAsync"
-            else FRAMES_PER_BATCH,
-            total_frames=CAPACITY,
-            replay_buffer=buffer,
-            restart_dead_workers=True,
-            **options,
-        )
+        collector = build_filling(name, buffer, nested)
         with Killer(victims_of(collector, nested), kill_every, seed=len(name)) as killer:
             killer.seen.update(collector.process_ids())
             collector.start()
@@ -266,16 +284,17 @@ def run_soak(seconds: float, kill_every: float) -> list[SoakRow]:
                     prefix=prefix,
                 )
             )
-    plans.append(
-        functools.partial(
-            soak_background,
-            "MultiSync",
-            "memory",
-            kill_every=kill_every,
-            nested=True,
-            prefix=prefix,
+    for name, nested in (("MultiSync", True), ("AsyncBatched", False)):
+        plans.append(
+            functools.partial(
+                soak_background,
+                name,
+                "memory",
+                kill_every=kill_every,
+                nested=nested,
+                prefix=prefix,
+            )
         )
-    )
     for name in COLLECTORS:
         plans.append(functools.partial(soak_iteration, name, kill_every=kill_every, prefix=prefix))
     each = seconds / len(plans)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,17 @@ def test_ctrl_c_benchmark_quick() -> None:
     output = run("ctrl_c.py", "--quick")
     assert "all_s" in output
     assert "'left': 0" in output, "a process outlived the measurement"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_batched_inference_benchmark_measures_the_pixel_case() -> None:
+    """One measurement of benchmarks/batched_inference.py: our server over 2 env workers on the
+    4x84x84 uint8 frames with the Nature CNN (the full run adds TorchRL's rows)."""
+    output = run(
+        "batched_inference.py",
+        *("--measure", "ours-thread", "--workers", "2", "--policy", "pixel", "--seconds", "0.5"),
+    )
+    result = json.loads(output.strip().splitlines()[-1])
+    assert result["fps"] > 0
+    assert 1 <= result["rows_per_forward"] <= 2

@@ -316,6 +316,14 @@ class AsyncBatchedCollector(CollectorBase):
     def _workers(self) -> list[WorkerWatch]:
         return [WorkerWatch(slot.handle.process) for slot in self._inner.pool.slots]
 
+    def process_ids(self) -> list[int]:
+        """Every process below this collector: its env workers (restarted ones as they are
+        now) and, with a server process, the server."""
+        pids = self._inner.process_ids()
+        if self._server.kind == "process":
+            pids.append(self._server.pid)
+        return pids
+
     def server_stats(self) -> dict[str, Any]:
         """The server's counts: requests, forwards (`batches`), rows, `avg_batch_size`,
         `policy_version`, and its last failure (None)."""

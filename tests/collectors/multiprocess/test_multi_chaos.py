@@ -211,10 +211,11 @@ def load_soak() -> object:
 def test_a_short_soak_loses_doubles_and_leaves_nothing() -> None:
     soak = load_soak()
     prefix = SEMAPHORE_PREFIX  # this session's semaphores, as the leak fixtures see them
-    # The checks of benchmarks/soak.py, on two of its configurations (the benchmark runs all).
+    # The checks of benchmarks/soak.py, on three of its configurations (the benchmark runs all).
     rows = [
         soak.soak_background("MultiSync", "memmap", 2.0, 0.25, False, prefix),  # type: ignore[attr-defined]
         soak.soak_iteration("MultiAsync", 2.0, 0.25, prefix),  # type: ignore[attr-defined]
+        soak.soak_background("AsyncBatched", "memory", 2.0, 0.25, False, prefix),  # type: ignore[attr-defined]
     ]
     for row in rows:
         assert row.clean, row
