@@ -291,13 +291,16 @@ def test_stats_state_dict_seeds_and_reset() -> None:
 # --- who starts and stops Ray --------------------------------------------------------------------
 
 
-def run_python(script: str, timeout: float = 120) -> str:
+def run_python(script: str, timeout: float = RAY_TEST_TIMEOUT - 60) -> str:
+    """Run `script` in a fresh interpreter; a cluster it starts runs its workers at nice 0
+    (`RAY_worker_niceness`), as the test run's does (tests/ray_session.py)."""
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, "RAY_worker_niceness": "0"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
