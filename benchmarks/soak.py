@@ -141,6 +141,11 @@ def victims_of(collector: Any, nested: bool) -> Callable[[], list[int]]:
     return lambda: worker_pids(collector.stats(), depth=2)
 
 
+def frames_per_batch(name: str) -> int:
+    """A MultiAsync batch is one worker's; a MultiSync batch gathers every worker's."""
+    return FRAMES_PER_BATCH // NUM_WORKERS if name == "MultiAsync" else FRAMES_PER_BATCH
+
+
 def build_filling(name: str, buffer: ReplayBuffer, nested: bool) -> Any:
     """The collector of a background row: 4 workers filling `buffer`, restarting the dead."""
     if name == "AsyncBatched":  # one env per worker, one server batching their policy calls
@@ -158,9 +163,7 @@ def build_filling(name: str, buffer: ReplayBuffer, nested: bool) -> Any:
     return COLLECTORS[name](
         soak_env,
         num_workers=NUM_WORKERS,
-        frames_per_batch=FRAMES_PER_BATCH // NUM_WORKERS
-        if name == "MultiAsync"
-        else FRAMES_PER_BATCH,
+        frames_per_batch=frames_per_batch(name),
         total_frames=CAPACITY,
         replay_buffer=buffer,
         restart_dead_workers=True,
@@ -225,9 +228,7 @@ def soak_iteration(name: str, seconds: float, kill_every: float, prefix: str) ->
         soak_env,
         policy,
         num_workers=NUM_WORKERS,
-        frames_per_batch=FRAMES_PER_BATCH // NUM_WORKERS
-        if name == "MultiAsync"
-        else FRAMES_PER_BATCH,
+        frames_per_batch=frames_per_batch(name),
         restart_dead_workers=True,
         track_policy_version=True,
     )

@@ -11,8 +11,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import Collector
 from rlcollect.testing import CountingEnv
-from tests.collectors.policies import greedy_module
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_all
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")
@@ -39,17 +38,13 @@ def torchrl_env() -> Any:
 
 
 def run(collector_class: type, **options: Any) -> list[TensorDictBase]:
-    collector = collector_class(
+    return collect_all(
+        collector_class,
         torchrl_env(),
-        greedy_module(),
         frames_per_batch=FRAMES_PER_BATCH,
         total_frames=TOTAL_FRAMES,
         **options,
     )
-    try:
-        return list(collector)
-    finally:
-        collector.shutdown()
 
 
 @pytest.fixture(scope="module")

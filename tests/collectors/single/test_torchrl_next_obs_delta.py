@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import Collector, MultiSyncCollector
 from tests.collectors.policies import greedy_module
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_all
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")
@@ -39,16 +39,12 @@ def cartpole(delta: bool = True) -> Any:
 
 
 def run(collector_class: type, delta: bool = True) -> list[TensorDictBase]:
-    collector = collector_class(
+    return collect_all(
+        collector_class,
         cartpole(delta),
-        greedy_module(),
         frames_per_batch=FRAMES_PER_BATCH,
         total_frames=TOTAL_FRAMES,
     )
-    try:
-        return list(collector)
-    finally:
-        collector.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,15 @@ def collect_both(**options: object) -> tuple[list[TensorDict], list[TensorDict]]
         theirs.shutdown()
 
 
+def collect_all(collector_class: type, env: object, **options: object) -> list[TensorDict]:
+    """Every batch of `collector_class` over `env` with the greedy policy, then shut down."""
+    collector = collector_class(env, greedy_module(), **options)
+    try:
+        return list(collector)
+    finally:
+        collector.shutdown()
+
+
 def assert_same_batches(
     ours: list[TensorDict], theirs: list[TensorDict], compare_names: bool = True
 ) -> None:
