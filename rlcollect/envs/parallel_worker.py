@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rlcollect.envs.base import EnvBase
-from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
+from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
 SEED_REPLY = struct.Struct("<q")
 
@@ -91,25 +91,15 @@ def serve(env: EnvBase, connection: Connection) -> None:
         Command.STEP: env.step_into,
         Command.ADVANCE: env.advance_into,
     }
-    while True:
-        try:
-            message = connection.recv_bytes()
-        except (EOFError, OSError):
-            return
-        command, argument = HEADER.unpack_from(message)
-        if command == Command.CLOSE:
-            connection.send_bytes(OK)
-            return
-        try:
-            call = hot.get(command)
-            if call is not None:
-                call(argument)
-                reply = OK
-            else:
-                reply = OK + run_control(env, command, argument, message[HEADER.size :])
-        except BaseException as err:  # SystemExit / KeyboardInterrupt from a sub-env too
-            reply = error_reply(err, describe_command(message))
-        connection.send_bytes(reply)
+
+    def handle(command: int, argument: int, message: bytes) -> bytes:
+        call = hot.get(command)
+        if call is not None:
+            call(argument)
+            return b""
+        return run_control(env, command, argument, message[HEADER.size :])
+
+    serve_commands(connection, handle, Command.CLOSE, describe_command, acknowledge_close=True)
 
 
 def run_control(env: EnvBase, command: int, argument: int, payload: bytes) -> bytes:

@@ -78,6 +78,33 @@ def error_reply(err: BaseException, context: str) -> bytes:
     return ERROR + pickle.dumps(details)
 
 
+def serve_commands(
+    connection: Connection,
+    handle: Callable[[int, int, bytes], bytes],
+    close_command: int,
+    describe: Callable[[bytes], str],
+    acknowledge_close: bool = False,
+) -> None:
+    """A worker's command loop: answer each message with `OK` and what `handle(command,
+    argument, message)` returns, or with the error and its traceback, until `close_command`
+    (answered with `OK` when `acknowledge_close`) or until the parent's pipe closes."""
+    while True:
+        try:
+            message = connection.recv_bytes()
+        except (EOFError, OSError):
+            return
+        command, argument = HEADER.unpack_from(message)
+        if command == close_command:
+            if acknowledge_close:
+                connection.send_bytes(OK)
+            return
+        try:
+            reply = OK + handle(command, argument, message)
+        except BaseException as err:  # SystemExit / KeyboardInterrupt from an env too
+            reply = error_reply(err, describe(message))
+        connection.send_bytes(reply)
+
+
 def default_start_method() -> str:
     """The default start method: "forkserver" where the platform has it, else "spawn"."""
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"

@@ -19,7 +19,7 @@ from typing import Any
 from rlcollect.collectors.evaluation.runner import EpisodeRunner
 from rlcollect.collectors.evaluation.settings import EvaluationSettings
 from rlcollect.collectors.weights.schemes import POLICY_MODEL_ID, WeightSyncScheme
-from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
+from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
 
 class EvaluationCommand(enum.IntEnum):
@@ -92,19 +92,10 @@ class EvaluationServer:
         }
 
     def serve(self, connection: Connection) -> None:
-        while True:
-            try:
-                message = connection.recv_bytes()
-            except (EOFError, OSError):
-                return
-            command, argument = HEADER.unpack_from(message)
-            if command == EvaluationCommand.CLOSE:
-                return
-            try:
-                reply = OK + self.handlers[command](argument, message[HEADER.size :])
-            except BaseException as err:  # SystemExit / KeyboardInterrupt from an env too
-                reply = error_reply(err, describe_command(message))
-            connection.send_bytes(reply)
+        serve_commands(connection, self.handle, EvaluationCommand.CLOSE, describe_command)
+
+    def handle(self, command: int, argument: int, message: bytes) -> bytes:
+        return self.handlers[command](argument, message[HEADER.size :])
 
     def evaluate(self, step: int, payload: bytes) -> bytes:
         """Load the weights the message carries, if any, and run one evaluation."""

@@ -25,7 +25,7 @@ from tensordict import TensorDictBase
 from rlcollect.collectors.children import env_attribute
 from rlcollect.collectors.stacked_carrier import holds_stacked_steps
 from rlcollect.envs.non_tensor import non_tensor_keys
-from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply
+from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
 # Reply to COLLECT: frames in the batch, the policy version that produced it, and whether the
 # shared-memory handle follows (first batch only).
@@ -194,20 +194,10 @@ class CollectorServer:
         return b""
 
     def serve(self, connection: Connection) -> None:
-        while True:
-            try:
-                message = connection.recv_bytes()
-            except (EOFError, OSError):
-                return
-            command, argument = HEADER.unpack_from(message)
-            if command == WorkerCommand.CLOSE:
-                return
-            try:
-                handler = self.handlers[command]
-                reply = OK + handler(argument, message[HEADER.size :])
-            except BaseException as err:  # SystemExit / KeyboardInterrupt from an env too
-                reply = error_reply(err, describe_command(message))
-            connection.send_bytes(reply)
+        serve_commands(connection, self.handle, WorkerCommand.CLOSE, describe_command)
+
+    def handle(self, command: int, argument: int, message: bytes) -> bytes:
+        return self.handlers[command](argument, message[HEADER.size :])
 
     def collect(self, _: int, __: bytes) -> bytes:
         """One batch, copied into the shared-memory batch (made on the first call); a
