@@ -326,7 +326,7 @@ class AsyncBatchedCollector(CollectorBase):
 
     def server_stats(self) -> dict[str, Any]:
         """The server's counts: requests, forwards (`batches`), rows, `avg_batch_size`,
-        `policy_version`, and its last failure (None)."""
+        `policy_version`, its last failure (None), and the torch threads it runs with."""
         return self._server.stats()
 
     # --- iteration --------------------------------------------------------------------------

@@ -220,7 +220,9 @@ class ProcessServer:
             run_server_process,
             (cloudpickle.dumps((served, layout)),),
             name="rlcollect-inference-server",
-            num_threads=max(1, torch.get_num_threads()),
+            # It runs nothing but the policy: torch's default threads (one per core), as in
+            # TorchRL's server process, whatever this process has set for itself.
+            num_threads=None,
             describe=describe_server_command,
         )
         self._handles.append(self._handle)

@@ -66,6 +66,7 @@ class ServerStats:
             "avg_batch_size": self.rows / self.batches if self.batches else 0.0,
             "policy_version": policy_version,
             "failure": self.failure,
+            "torch_threads": torch.get_num_threads(),  # of the process the server runs in
         }
 
 
