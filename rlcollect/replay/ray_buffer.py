@@ -54,6 +54,7 @@ class ReplayBufferServer:
         self.buffer: ReplayBuffer | None = None
         self.error: BaseException | None = None
         self.tallies: dict[str, int] = {}  # items written by each named writer
+        self.sealed: set[str] = set()  # writers counted for good: their writes are refused
         try:
             self.buffer = ReplayBuffer(**copy.deepcopy(options))
         except BaseException as err:  # raised by ready(), with its traceback
@@ -72,13 +73,20 @@ class ReplayBufferServer:
 
     def extend_as(self, writer: str, data: Any) -> torch.Tensor:
         """`extend(data)`, counting the items written under `writer`'s name."""
+        if writer in self.sealed:
+            raise MisuseError(
+                f"writer {writer!r} was counted for good (its process ended): its write is "
+                f"refused, so that the count its collector took stays what the buffer holds."
+            )
         buffer: Any = self.buffer
         before = buffer.write_count
         index = buffer.extend(_own(data))
         self.tallies[writer] = self.tallies.get(writer, 0) + buffer.write_count - before
         return index  # type: ignore[no-any-return]
 
-    def written_by(self, writers: list[str]) -> list[int]:
+    def written_by(self, writers: list[str], seal: bool = False) -> list[int]:
+        if seal:
+            self.sealed.update(writers)
         return [self.tallies.get(writer, 0) for writer in writers]
 
     def length(self) -> int:
@@ -160,10 +168,12 @@ class RayReplayBufferClient:
         the buffer (`written_by`), which saw every write it acknowledged."""
         return self._remote("extend_as", writer, data)  # type: ignore[no-any-return]
 
-    def written_by(self, writers: Sequence[str]) -> list[int]:
+    def written_by(self, writers: Sequence[str], seal: bool = False) -> list[int]:
         """The items written under each name of `writers` with `extend_as` (0 for a name
-        never used), as the buffer acknowledged them."""
-        return [int(count) for count in self._remote("written_by", list(writers))]
+        never used), as the buffer acknowledged them. `seal=True` counts them for good: a
+        write of theirs still on its way (sent by a process that was then ended) is refused,
+        so the count stays what the buffer holds."""
+        return [int(count) for count in self._remote("written_by", list(writers), seal)]
 
     def add(self, data: Any) -> int:
         """Add one item; returns its slot."""

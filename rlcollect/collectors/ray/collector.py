@@ -424,12 +424,13 @@ class RayCollector(RayCollectorControl):
 
     def _unreported(self, slot: ActorSlot, incarnation: int) -> int:
         """Frames that process `incarnation` of the actor (0: its first) wrote to the replay
-        buffer and the collector never counted (the process died in between), as the buffer
-        counted them; 0 with a buffer that does not count its writers."""
+        buffer and the collector never counted (the process died or was ended in between), as
+        the buffer counted them; 0 with a buffer that does not count its writers. The process
+        is gone, so its count is sealed: a write of its still on its way is refused."""
         written_by = getattr(slot.spec.replay_buffer, "written_by", None)
         if not callable(written_by):
             return 0
-        (written,) = written_by([writer_name(slot.spec, incarnation)])
+        (written,) = written_by([writer_name(slot.spec, incarnation)], seal=True)
         return max(0, int(written) - slot.counted - self.background.reported(slot))
 
     def _count_last_writes(self) -> None:

@@ -61,12 +61,20 @@ def test_the_replay_buffer_api_answers_from_the_actor(tmp_path: Path) -> None:
         client.extend_as("actor-0", frames(3))
         assert rb.written_by(["actor-0", "nobody"]) == [3, 0]
         assert rb.write_count == 16
+        # Counted for good (its process ended): a write of its still on its way is refused,
+        # so the count stays what the buffer holds; other writers go on.
+        assert rb.written_by(["actor-0"], seal=True) == [3]
+        with pytest.raises(MisuseError, match=r"writer 'actor-0' was counted for good"):
+            client.extend_as("actor-0", frames(3))
+        assert (rb.written_by(["actor-0"]), rb.write_count) == ([3], 16)
+        client.extend_as("actor-1", frames(2))
+        assert rb.write_count == 18
         with pytest.raises(TypeError, match=r"is not pickled; pass rb.client\(\)"):
             pickle.dumps(rb)
         rb.dumps(str(tmp_path / "saved"))
         rb.empty()
         rb.loads(str(tmp_path / "saved"))
-        assert len(rb) == 16
+        assert len(rb) == 18
     with pytest.raises(MisuseError, match=r"is closed; build a new one"):
         len(rb)
 
