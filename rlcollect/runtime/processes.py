@@ -154,17 +154,16 @@ def bootstrap(
     index: int,
     connection: Connection,
     lifeline: Connection,
-    num_threads: int | None,
+    num_threads: int,
     *args: Any,
 ) -> None:
     """Entry point of every worker process: set the process up, then run `target`.
 
     Ctrl-C is left to the parent, which closes its workers; torch gets `num_threads` threads so
-    that workers do not oversubscribe the cores (None keeps torch's default, one per core).
+    that workers do not oversubscribe the cores.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
+    torch.set_num_threads(num_threads)
     # Forked from one server, every worker would draw the same random numbers: start each
     # from fresh entropy (a seed sent later makes them reproducible).
     torch.seed()
@@ -210,7 +209,7 @@ class WorkerHandle:
     Keyword Args:
         name: the process name.
         daemon: daemonic workers end with their parent but may not start processes.
-        num_threads: torch threads in the worker; None keeps torch's default (one per core).
+        num_threads: torch threads in the worker.
         describe: turns a message into the call it stands for, for error messages.
     """
 
@@ -223,7 +222,7 @@ class WorkerHandle:
         *,
         name: str,
         daemon: bool = True,
-        num_threads: int | None = 1,
+        num_threads: int = 1,
         describe: Callable[[bytes], str] = repr,
     ) -> None:
         refuse_while_importing_main(name)

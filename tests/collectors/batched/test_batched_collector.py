@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,29 +137,21 @@ def test_weight_updates_are_acknowledged_and_each_frame_names_its_version() -> N
             collector.update_policy_weights_({"module.weight": torch.tensor(2.0)})
 
 
-def torch_default_threads() -> int:
-    """Torch's thread count in a fresh interpreter (one per core, or OMP_NUM_THREADS)."""
-    code = "import torch; print(torch.get_num_threads())"
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True).stdout)
-
-
 @pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """This process runs one torch thread while the test runs (as a benchmark or a trainer
-    beside many env workers may)."""
+def more_torch_threads_than_cores() -> Iterator[None]:
+    """This process runs more torch threads than the machine has cores while the test runs."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads((os.cpu_count() or 1) + 1)
     yield
     torch.set_num_threads(before)
 
 
-@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.usefixtures("more_torch_threads_than_cores")
 def test_a_server_process_serves_and_takes_weights() -> None:
     from torchrl.modules.inference_server import InferenceServerConfig
 
-    # The server process runs nothing but the policy: it keeps torch's default threads, as
-    # TorchRL's server process does, not the one thread of this process.
-    threads = torch_default_threads()
+    # The server process gets the cores its 2 env workers leave, not this process's count.
+    threads = max(1, (os.cpu_count() or 1) - 2)
     with AsyncBatchedCollector(
         makers(2),
         policy_factory=functools.partial(echo_module, 0.25),
