@@ -31,6 +31,8 @@ OBJECT_STORE_BYTES = 200 * 1024**2
 # machine an actor then gets a few percent of a core, and building one (importing torch) took
 # minutes, past every test's timeout. The tests check our code, not Ray's priorities.
 SYSTEM_CONFIG = {"worker_niceness": 0}
+# The same, for a subprocess that starts a cluster of its own (Ray reads RAY_<option>).
+SUBPROCESS_ENV = {f"RAY_{option}": str(value) for option, value in SYSTEM_CONFIG.items()}
 # What code that uses Ray says.
 USES_RAY = re.compile(
     r"\bimport ray\b|\bfrom ray\b|\bray\.init\("

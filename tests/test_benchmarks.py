@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ray_session import SUBPROCESS_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,7 +24,7 @@ def run(script: str, *arguments: str) -> str:
         text=True,
         timeout=240,
         cwd=ROOT,
-        env={**os.environ, "RAY_worker_niceness": "0"},
+        env={**os.environ, **SUBPROCESS_ENV},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

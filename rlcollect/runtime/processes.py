@@ -43,6 +43,12 @@ LIVENESS_INTERVAL = 0.5
 PRELOADED_MODULES = ["rlcollect.runtime.exits", "rlcollect"]
 
 
+def threads_beside(workers: int) -> int:
+    """Torch threads for a process that computes beside `workers` busy worker processes: the
+    cores they leave, at least one (so that together they do not oversubscribe the cores)."""
+    return max(1, (os.cpu_count() or 1) - workers)
+
+
 def encode(command: int, argument: int = 0, payload: bytes = b"") -> bytes:
     """The message for `command`: header, then the payload (if any)."""
     return HEADER.pack(command, argument) + payload

@@ -41,6 +41,7 @@ from rlcollect.runtime.processes import (
     encode,
     error_reply,
     shut_down_workers,
+    threads_beside,
     worker_context,
 )
 
@@ -198,8 +199,7 @@ def server_threads(layout: SlotLayout) -> int:
     multi-process collector's own process gets, whatever this process has set for itself. On
     2 cores, one thread beside 2 to 16 pixel-env workers served 20-30% more frames/s than torch's
     default of two (benchmarks/batched_inference.py)."""
-    workers = layout.rows // layout.envs_per_worker
-    return max(1, (os.cpu_count() or 1) - workers)
+    return threads_beside(layout.rows // layout.envs_per_worker)
 
 
 class ProcessServer:

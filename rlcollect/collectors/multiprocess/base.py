@@ -8,7 +8,6 @@ back. `MultiSyncCollector` and `MultiAsyncCollector` differ only in how they gat
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import time
 import warnings
@@ -59,7 +58,7 @@ from rlcollect.collectors.weights.sender import (
 )
 from rlcollect.errors import MisuseError
 from rlcollect.runtime.fan_out import per_child
-from rlcollect.runtime.processes import worker_context
+from rlcollect.runtime.processes import threads_beside, worker_context
 
 # Options that may be given once or as one value per worker.
 PER_WORKER_OPTIONS = (
@@ -174,9 +173,8 @@ class MultiCollectorBase(MultiCollectorControl):
         # This process's torch threads while the workers run, given back at shutdown.
         self._threads_before: int | None = None
         if num_threads is not None or not in_worker_process():
-            cores = os.cpu_count() or 1
             self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(num_threads or max(1, cores - num_workers))
+            torch.set_num_threads(num_threads or threads_beside(num_workers))
         specs = self._worker_specs(
             env_makers,
             policy,

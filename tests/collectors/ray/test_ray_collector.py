@@ -25,6 +25,7 @@ from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 from tests.conftest import processes_gone
+from tests.ray_session import SUBPROCESS_ENV
 
 ray = pytest.importorskip("ray")
 
@@ -300,7 +301,7 @@ def run_python(script: str, timeout: float = RAY_TEST_TIMEOUT - 60) -> str:
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "RAY_worker_niceness": "0"},
+        env={**os.environ, **SUBPROCESS_ENV},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
