@@ -6,6 +6,7 @@ collector issue asks for.
 
     python benchmarks/collectors.py            # full run, 3 interleaved rounds (~6-8 minutes)
     python benchmarks/collectors.py --quick    # smoke run (1 round, 2,000 frames)
+    python benchmarks/collectors.py --quick --in-process  # the tests' smoke run, one process
 """
 
 from __future__ import annotations
@@ -262,17 +263,28 @@ def run_subprocess(case: str, implementation: str, frames: int) -> dict[str, flo
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure_case(case: str, frames: int, rounds: int) -> dict[str, dict[str, float]]:
+def run_here(case: str, implementation: str, frames: int) -> dict[str, float] | str:
+    """One measurement in this interpreter (`--in-process`): its result, or its error."""
+    try:
+        return run_one(case, implementation, frames)
+    except Exception as err:  # reported as FAILED, as a subprocess's error is
+        return f"{type(err).__name__}: {err}"
+
+
+def measure_case(
+    case: str, frames: int, rounds: int, in_process: bool = False
+) -> dict[str, dict[str, float]]:
     """Best frames/s (and largest peak RSS) of each implementation over interleaved rounds.
 
     The implementations of a case run in turn, round after round, so that a change in the
     machine's load hits them alike; the best round of each is kept (as `timeit` does).
     """
     _, _, implementations = CASES[case]
+    run = run_here if in_process else run_subprocess
     best: dict[str, dict[str, float]] = {}
     for _ in range(rounds):
         for implementation in implementations:
-            result = run_subprocess(case, implementation, frames)
+            result = run(case, implementation, frames)
             if isinstance(result, str):
                 print(f"{case:24} {implementation:16} FAILED: {result}")
                 continue
@@ -316,6 +328,12 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per case")
     parser.add_argument("--only", nargs="*", default=None, help="run only these case names")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
+        "and memory are not a fresh interpreter's)",
+    )
     args = parser.parse_args()
     frames = args.frames or (2_000 if args.quick else 10_000)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -331,13 +349,16 @@ def main() -> None:
     for case in CASES:
         if args.only and case not in args.only:
             continue
-        for implementation, result in measure_case(case, frames, rounds).items():
+        for implementation, result in measure_case(case, frames, rounds, args.in_process).items():
             results[case, implementation] = result["fps"]
             print(
                 f"{case:24} {implementation:16} {result['fps']:>10.0f} "
                 f"{result['peak_rss_mib']:>13.0f}"
             )
     print_ratios(results)
+    if args.in_process:
+        print("\nimport time: not measured (--in-process)")
+        return
     print(f"\nimport time (s, best of {rounds}):")
     for module, seconds in import_times(["rlcollect", "torchrl.collectors"], rounds).items():
         print(f"  import {module:<22} {seconds:.2f}")

@@ -8,6 +8,7 @@ checking wrappers and makes their checks itself (see `unchecked_parallel_env`).
 
     python benchmarks/multi_agent.py            # 3 interleaved rounds of 5,000 frames
     python benchmarks/multi_agent.py --quick    # smoke run (1 round, 500 frames)
+    python benchmarks/multi_agent.py --quick --in-process  # the tests' smoke run, one process
 """
 
 from __future__ import annotations
@@ -131,12 +132,26 @@ def run_subprocess(implementation: str, frames: int) -> float | str:
     return float(json.loads(done.stdout.strip().splitlines()[-1])["fps"])
 
 
+def run_here(implementation: str, frames: int) -> float | str:
+    """One measurement in this interpreter (`--in-process`): frames/s, or its error."""
+    try:
+        return IMPLEMENTATIONS[implementation](frames)
+    except Exception as err:  # reported as FAILED, as a subprocess's error is
+        return f"{type(err).__name__}: {err}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
+        "is not a fresh interpreter's)",
+    )
     args = parser.parse_args()
     frames = args.frames or (500 if args.quick else 5_000)
     if args.impl:
@@ -146,10 +161,14 @@ def main() -> None:
         return
     rounds = args.rounds or (1 if args.quick else 3)
     print(f"simple_spread_v3 (3 agents), {frames} env steps, best of {rounds} rounds, 1 thread")
+    if args.in_process:
+        warnings.simplefilter("ignore")
+        torch.set_num_threads(1)
+    run = run_here if args.in_process else run_subprocess
     best = dict.fromkeys(IMPLEMENTATIONS, 0.0)
     for _ in range(rounds):
         for implementation in IMPLEMENTATIONS:
-            result = run_subprocess(implementation, frames)
+            result = run(implementation, frames)
             if isinstance(result, str):
                 print(f"{implementation:10} FAILED: {result}")
                 continue

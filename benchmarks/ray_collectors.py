@@ -8,6 +8,7 @@ actors spent collecting it) and the raw put + get of one 1000-frame batch.
 
     python benchmarks/ray_collectors.py            # full run (best of 3 interleaved rounds)
     python benchmarks/ray_collectors.py --quick    # smoke run
+    python benchmarks/ray_collectors.py --quick --in-process  # the tests' smoke run, one process
 """
 
 from __future__ import annotations
@@ -36,13 +37,16 @@ RAY_INIT = {
 }
 
 
-def start_ray() -> float:
-    """Start the measurement's local cluster; returns the seconds it took."""
+def start_ray() -> dict[str, float]:
+    """Start the measurement's local cluster: `{"ray_init_s": seconds}`, or nothing when this
+    process runs one already (the later measurements of an `--in-process` run)."""
     import ray
 
+    if ray.is_initialized():
+        return {}
     start = time.perf_counter()
     ray.init(**RAY_INIT)
-    return time.perf_counter() - start
+    return {"ray_init_s": time.perf_counter() - start}
 
 
 def ours_ray() -> Any:
@@ -67,7 +71,7 @@ def torchrl_ray() -> Any:
 def time_collector(build: Callable[[], Any], frames: int, ray: bool) -> dict[str, float]:
     """Frames/s over `frames` frames after the first batch, and the seconds from construction
     to the first batch (Ray's own start-up, when it runs, is reported apart)."""
-    result = {"ray_init_s": start_ray()} if ray else {}
+    result = start_ray() if ray else {}
     start = time.perf_counter()
     collector = build()
     iterator = iter(collector)
@@ -144,14 +148,25 @@ def run_subprocess(name: str, frames: int) -> dict[str, float] | str:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def measure(names: list[str], frames: int, rounds: int) -> dict[tuple[str, str], dict]:
+def run_here(name: str, frames: int) -> dict[str, float] | str:
+    """One measurement in this interpreter (`--in-process`): its result, or its error."""
+    try:
+        return MEASUREMENTS[name][2](frames)
+    except Exception as err:  # reported as FAILED, as a subprocess's error is
+        return f"{type(err).__name__}: {err}"
+
+
+def measure(
+    names: list[str], frames: int, rounds: int, in_process: bool = False
+) -> dict[tuple[str, str], dict]:
     """Best result of each measurement over interleaved rounds (highest frames/s, lowest
     seconds), so that a change in the machine's load hits every implementation alike."""
+    run = run_here if in_process else run_subprocess
     best: dict[tuple[str, str], dict[str, float]] = {}
     for _ in range(rounds):
         for name in names:
             case, implementation, _ = MEASUREMENTS[name]
-            result = run_subprocess(name, frames)
+            result = run(name, frames)
             if isinstance(result, str):
                 print(f"{case:18} {implementation:14} FAILED: {result}")
                 continue
@@ -180,6 +195,12 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", nargs="*", default=None, help="measurement names to run")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
+        "and memory are not a fresh interpreter's)",
+    )
     args = parser.parse_args()
     frames = args.frames or (2_000 if args.quick else 20_000)
     if args.measure:
@@ -190,7 +211,7 @@ def main() -> None:
     rounds = args.rounds or (1 if args.quick else 3)
     names = args.only or list(MEASUREMENTS)
     print(f"{frames} frames per measurement, best of {rounds} rounds, fpb={FRAMES_PER_BATCH}")
-    report(measure(names, frames, rounds))
+    report(measure(names, frames, rounds, args.in_process))
 
 
 if __name__ == "__main__":

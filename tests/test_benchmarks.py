@@ -1,4 +1,7 @@
-"""Benchmark scripts run end to end in their quick mode (numbers are not asserted)."""
+"""Benchmark scripts run end to end in their quick mode (numbers are not asserted); the ones
+that measure each implementation in a fresh interpreter run with `--in-process` here, one
+interpreter for all (a fresh interpreter costs about 6 s of CPU: the suite's time, not what the
+smoke run checks)."""
 
 from __future__ import annotations
 
@@ -40,8 +43,11 @@ def test_env_benchmark_quick() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_collector_benchmark_quick() -> None:
-    output = run("collectors.py", "--quick", "--only", "CartPole single", "--frames", "2000")
+    output = run(
+        "collectors.py", "--quick", "--in-process", "--only", "CartPole single", "--frames", "2000"
+    )
     assert "rlcollect / torchrl" in output
+    assert "rlcollect / gym" in output
     assert "FAILED" not in output
 
 
@@ -49,7 +55,8 @@ def test_collector_benchmark_quick() -> None:
 @pytest.mark.timeout(300)
 def test_multi_collector_benchmark_quick() -> None:
     output = run(
-        "multi_collectors.py", "--quick", "--only", "2x1 rlcollect", "2x1 torchrl", "update"
+        "multi_collectors.py",
+        *("--quick", "--in-process", "--only", "2x1 rlcollect", "2x1 torchrl", "update"),
     )
     assert "rlcollect / torchrl" in output
     assert "update_s" in output
@@ -60,7 +67,7 @@ def test_multi_collector_benchmark_quick() -> None:
 @pytest.mark.timeout(300)
 def test_multi_agent_benchmark_quick() -> None:
     pytest.importorskip("mpe2")
-    output = run("multi_agent.py", "--quick")
+    output = run("multi_agent.py", "--quick", "--in-process")
     assert "rlcollect / torchrl" in output
     assert "FAILED" not in output
 
@@ -85,7 +92,9 @@ def test_store_obs_once_benchmark_quick() -> None:
 @pytest.mark.timeout(300)
 def test_ray_collector_benchmark_quick() -> None:
     pytest.importorskip("ray")
-    output = run("ray_collectors.py", "--quick", "--only", "ray rlcollect", "object store")
+    output = run(
+        "ray_collectors.py", "--quick", "--in-process", "--only", "ray rlcollect", "object store"
+    )
     assert "rlcollect-ray" in output
     assert "overhead_ms=" in output
     assert "put_get_ms=" in output
