@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.examples.script_runner import ZYGOTE_MODULE
+
 SHARED_MEMORY = Path("/dev/shm")
 GRACE_SECONDS = 1.0
 SETTLE_SECONDS = 1.0
@@ -141,6 +143,9 @@ def no_leftover_children() -> Iterator[None]:
 # children are the workers) and one resource tracker, shared by all ParallelEnvs and collectors
 # of the process; they are not workers and exit with the interpreter.
 MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+# The example tests' script zygote (tests/examples/script_runner.py), a child of this process
+# that lives as long as it does; the script runs it forks are checked like any other process.
+SESSION_HELPERS = (*MULTIPROCESSING_HELPERS, ZYGOTE_MODULE)
 
 
 def descendants(root: int | None = None) -> dict[int, tuple[int, str]]:
@@ -174,14 +179,15 @@ RAY_OBJECT_STORE = re.compile(r"/dev/shm/plasma\w{6}")
 
 
 def leftover_processes(before: dict[int, tuple[int, str]]) -> dict[int, str]:
-    """The descendants started since `before`, except multiprocessing's helpers (the workers,
-    forked from the fork server, share its command line but not its parent) and Ray's own."""
+    """The descendants started since `before`, except this process's helpers (multiprocessing's
+    and the script zygote: the workers and script runs forked from them share their command
+    line but not their parent) and Ray's own."""
     me = os.getpid()
     return {
         pid: command
         for pid, (ppid, command) in descendants().items()
         if pid not in before
-        and not (ppid == me and any(helper in command for helper in MULTIPROCESSING_HELPERS))
+        and not (ppid == me and any(helper in command for helper in SESSION_HELPERS))
         and not is_ray_process(command)
     }
 

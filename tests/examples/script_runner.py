@@ -1,32 +1,109 @@
-"""Runs an example script in a subprocess with Hydra overrides, as a user would from the shell."""
+"""Runs an example script with Hydra overrides, as a user would from the shell.
+
+Each run is a child of this test process's script zygote (tests/examples/script_zygote.py): an
+interpreter that has imported torch, tensordict and rlcollect once and forks a child per run,
+which runs the script as `python examples/<script>.py ...` would. A fresh interpreter costs
+about 6 s of CPU on a 2-core machine, most of a short run. The tests that check what only a
+fresh interpreter shows (an extra's import blocked, Ctrl-C, the README's commands) start one.
+"""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import selectors
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
+# How the zygote shows in a process listing (tests/conftest.py leaves it out of the leftovers).
+ZYGOTE_MODULE = "tests.examples.script_zygote"
+
+
+class ScriptZygote:
+    """This process's zygote: started at the first run, ended when this process exits."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", ZYGOTE_MODULE],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def reply(self, deadline: float | None) -> str:
+        """The zygote's next line, or "" when `deadline` (a monotonic time) passes first."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdout, selectors.EVENT_READ)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not selector.select(left):
+                return ""
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"the script zygote ended (exit code {self.process.wait()})")
+        return line.strip()
+
+    def run(
+        self, argv: list[str], env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `python <argv>` in a forked child; as `subprocess.run(..., timeout=timeout)`."""
+        with tempfile.TemporaryDirectory(prefix="script-run-") as outputs:
+            paths = {name: os.path.join(outputs, name) for name in ("stdout", "stderr")}
+            request = {"argv": argv, "env": env, "cwd": str(REPO_ROOT), **paths}
+            self.process.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+            pid = int(self.reply(None).removeprefix("started "))
+            try:
+                ended = self.reply(time.monotonic() + timeout)
+                if not ended:
+                    os.kill(pid, signal.SIGKILL)
+                    self.reply(None)
+            except BaseException:  # a run cut short (the test's timeout): end it, and this zygote
+                os.kill(pid, signal.SIGKILL)
+                self.process.kill()
+                self.process.wait()
+                raise
+            output = {name: Path(path).read_text(errors="replace") for name, path in paths.items()}
+        if not ended:
+            raise subprocess.TimeoutExpired(argv, timeout, output["stdout"], output["stderr"])
+        code = int(ended.removeprefix("exited "))
+        return subprocess.CompletedProcess(argv, code, output["stdout"], output["stderr"])
+
+
+_zygote: ScriptZygote | None = None
 
 
 def run_script(
     script: str, run_dir: Path, *overrides: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`python examples/<script>.py hydra.run.dir=<run_dir> <overrides>` from the repo root."""
+    global _zygote
+    if _zygote is None or _zygote.process.poll() is not None:
+        _zygote = ScriptZygote()
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, str(EXAMPLES / f"{script}.py"), f"hydra.run.dir={run_dir}", *overrides],
-        cwd=REPO_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    argv = [str(EXAMPLES / f"{script}.py"), f"hydra.run.dir={run_dir}", *overrides]
+    return _zygote.run(argv, environment, timeout)
 
 
 def check_succeeded(result: subprocess.CompletedProcess[str]) -> None:
