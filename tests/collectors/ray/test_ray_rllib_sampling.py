@@ -214,11 +214,10 @@ def test_actors_policies_read_and_batches_hold_the_views(sync: bool) -> None:
     assert data[0]["reward_minus_one"][0, :4].flatten().tolist() == [0.0, 1.0, 1.0, 0.0]
 
 
-@pytest.mark.parametrize("trajs_per_write", [1, 2])
-def test_trajs_per_write_reaches_the_buffer_whole_episodes(trajs_per_write: int) -> None:
+def test_trajs_per_write_reaches_the_buffer_whole_episodes() -> None:
     """With a replay buffer, each actor's collector writes its episodes `trajs_per_write` at
-    a time (the chunking itself is tested against TorchRL locally): the buffer holds whole
-    episodes only, from both actors."""
+    a time (actor 0 one at a time, actor 1 two; the chunking itself is tested against TorchRL
+    locally): the buffer holds whole episodes only, from both actors."""
     from rlcollect.replay import LazyTensorStorage, RayReplayBuffer
 
     with RayReplayBuffer(storage=LazyTensorStorage(1000)) as buffer:
@@ -228,7 +227,7 @@ def test_trajs_per_write_reaches_the_buffer_whole_episodes(trajs_per_write: int)
             total_frames=32,
             trajs_per_batch=2,
             traj_format="cat",
-            trajs_per_write=trajs_per_write,
+            collector_kwargs=[{"trajs_per_write": 1}, {"trajs_per_write": 2}],
             replay_buffer=buffer,
         )
         with collector:
