@@ -23,6 +23,10 @@ setup() {
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
   echo "rlc.sh: installing rlcollect with the extras [$extras]" >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+  # An editable install leaves our modules uncompiled; where PYTHONDONTWRITEBYTECODE is set (as
+  # on this project's machines), every new interpreter (a worker, a Ray actor, a script run)
+  # would compile them again: about 0.4 s of CPU each.
+  "$VENV/bin/python" -m compileall -q rlcollect examples
   echo "rlc.sh: ready; 'source $VENV/bin/activate' to use it yourself" >&2
 }
 
