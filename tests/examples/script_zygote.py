@@ -47,6 +47,9 @@ def run_child(request: dict, channels: list[IO[str]]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    if os.environ.get("PYTHONUNBUFFERED"):  # read at start-up: output flushed line by line
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     script = os.path.abspath(request["argv"][0])
     sys.argv = [script, *request["argv"][1:]]
     sys.path[0] = os.path.dirname(script)
