@@ -10,13 +10,15 @@ fresh interpreter shows (an extra's import blocked, Ctrl-C, the README's command
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
-import selectors
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,7 +42,16 @@ class ScriptZygote:
             text=True,
             bufsize=1,
         )
+        # Its replies, line by line, read by a thread: a deadline on a queue, not on a pipe
+        # whose reader may already hold the next line in its buffer.
+        self.replies: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read_replies, daemon=True).start()
         atexit.register(self.close)
+
+    def _read_replies(self) -> None:
+        for line in self.process.stdout:  # type: ignore[union-attr]
+            self.replies.put(line.strip())
+        self.replies.put(None)  # the zygote ended
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -53,17 +64,14 @@ class ScriptZygote:
 
     def reply(self, deadline: float | None) -> str:
         """The zygote's next line, or "" when `deadline` (a monotonic time) passes first."""
-        stdout = self.process.stdout
-        assert stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdout, selectors.EVENT_READ)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not selector.select(left):
-                return ""
-        line = stdout.readline()
-        if not line:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            line = self.replies.get(timeout=left)
+        except queue.Empty:
+            return ""
+        if line is None:
             raise RuntimeError(f"the script zygote ended (exit code {self.process.wait()})")
-        return line.strip()
+        return line
 
     def run(
         self, argv: list[str], env: dict[str, str], timeout: float
@@ -73,14 +81,18 @@ class ScriptZygote:
             paths = {name: os.path.join(outputs, name) for name in ("stdout", "stderr")}
             request = {"argv": argv, "env": env, "cwd": str(REPO_ROOT), **paths}
             self.process.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
-            pid = int(self.reply(None).removeprefix("started "))
+            pid = 0
             try:
+                pid = int(self.reply(None).removeprefix("started "))
                 ended = self.reply(time.monotonic() + timeout)
                 if not ended:
-                    os.kill(pid, signal.SIGKILL)
+                    kill(pid)
                     self.reply(None)
             except BaseException:  # a run cut short (the test's timeout): end it, and this zygote
-                os.kill(pid, signal.SIGKILL)
+                if not pid:  # cut short before the zygote said which child it started
+                    with contextlib.suppress(RuntimeError, ValueError):
+                        pid = int(self.reply(time.monotonic() + 5).removeprefix("started ") or 0)
+                kill(pid)
                 self.process.kill()
                 self.process.wait()
                 raise
@@ -89,6 +101,13 @@ class ScriptZygote:
             raise subprocess.TimeoutExpired(argv, timeout, output["stdout"], output["stderr"])
         code = int(ended.removeprefix("exited "))
         return subprocess.CompletedProcess(argv, code, output["stdout"], output["stderr"])
+
+
+def kill(pid: int) -> None:
+    """SIGKILL to a script run (gone already when it ended just now; 0: none started)."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 _zygote: ScriptZygote | None = None
