@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples.script_runner import ZYGOTE_MODULE
-
 SHARED_MEMORY = Path("/dev/shm")
 GRACE_SECONDS = 1.0
 SETTLE_SECONDS = 1.0
@@ -153,9 +151,10 @@ def no_leftover_children() -> Iterator[None]:
 # children are the workers) and one resource tracker, shared by all ParallelEnvs and collectors
 # of the process; they are not workers and exit with the interpreter.
 MULTIPROCESSING_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
-# The example tests' script zygote (tests/examples/script_runner.py), a child of this process
-# that lives as long as it does; the script runs it forks are checked like any other process.
-SESSION_HELPERS = (*MULTIPROCESSING_HELPERS, ZYGOTE_MODULE)
+# The example tests' script zygote (ZYGOTE_MODULE of tests/examples/script_runner.py; named here,
+# not imported: tests/test_conftest.py runs this file outside the repository), a child of this
+# process that lives as long as it does; the script runs it forks are checked like any other.
+SESSION_HELPERS = (*MULTIPROCESSING_HELPERS, "tests.examples.script_zygote")
 
 
 def descendants(root: int | None = None) -> dict[int, tuple[int, str]]:
