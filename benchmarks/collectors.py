@@ -12,17 +12,20 @@ collector issue asks for.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 FRAMES_PER_BATCH = 1000
+T = TypeVar("T")
 NUM_ENVS = 8
 
 
@@ -263,11 +266,22 @@ def run_subprocess(case: str, implementation: str, frames: int) -> dict[str, flo
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_here(case: str, implementation: str, frames: int) -> dict[str, float] | str:
-    """One measurement in this interpreter (`--in-process`): its result, or its error."""
+def add_in_process_option(parser: argparse.ArgumentParser) -> None:
+    """`--in-process`: the benchmark scripts' cheap smoke run (what the tests run)."""
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
+        "and memory are not a fresh interpreter's)",
+    )
+
+
+def run_here(measurement: Callable[..., T], *arguments: Any) -> T | str:
+    """One measurement in this interpreter (`--in-process`): its result, or its error,
+    reported as FAILED as a subprocess's error is."""
     try:
-        return run_one(case, implementation, frames)
-    except Exception as err:  # reported as FAILED, as a subprocess's error is
+        return measurement(*arguments)
+    except Exception as err:
         return f"{type(err).__name__}: {err}"
 
 
@@ -280,7 +294,7 @@ def measure_case(
     machine's load hits them alike; the best round of each is kept (as `timeit` does).
     """
     _, _, implementations = CASES[case]
-    run = run_here if in_process else run_subprocess
+    run = functools.partial(run_here, run_one) if in_process else run_subprocess
     best: dict[str, dict[str, float]] = {}
     for _ in range(rounds):
         for implementation in implementations:
@@ -328,12 +342,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per case")
     parser.add_argument("--only", nargs="*", default=None, help="run only these case names")
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
-        "and memory are not a fresh interpreter's)",
-    )
+    add_in_process_option(parser)
     args = parser.parse_args()
     frames = args.frames or (2_000 if args.quick else 10_000)
     rounds = args.rounds or (1 if args.quick else 3)

@@ -19,9 +19,13 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collectors import add_in_process_option, run_here
 
 FRAMES_PER_BATCH = 500
 AGENTS = ["agent_0", "agent_1", "agent_2"]
@@ -132,26 +136,13 @@ def run_subprocess(implementation: str, frames: int) -> float | str:
     return float(json.loads(done.stdout.strip().splitlines()[-1])["fps"])
 
 
-def run_here(implementation: str, frames: int) -> float | str:
-    """One measurement in this interpreter (`--in-process`): frames/s, or its error."""
-    try:
-        return IMPLEMENTATIONS[implementation](frames)
-    except Exception as err:  # reported as FAILED, as a subprocess's error is
-        return f"{type(err).__name__}: {err}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
-        "is not a fresh interpreter's)",
-    )
+    add_in_process_option(parser)
     args = parser.parse_args()
     frames = args.frames or (500 if args.quick else 5_000)
     if args.impl:
@@ -164,11 +155,13 @@ def main() -> None:
     if args.in_process:
         warnings.simplefilter("ignore")
         torch.set_num_threads(1)
-    run = run_here if args.in_process else run_subprocess
     best = dict.fromkeys(IMPLEMENTATIONS, 0.0)
     for _ in range(rounds):
         for implementation in IMPLEMENTATIONS:
-            result = run(implementation, frames)
+            if args.in_process:
+                result = run_here(IMPLEMENTATIONS[implementation], frames)
+            else:
+                result = run_subprocess(implementation, frames)
             if isinstance(result, str):
                 print(f"{implementation:10} FAILED: {result}")
                 continue

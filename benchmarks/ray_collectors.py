@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collectors import FRAMES_PER_BATCH
+from collectors import FRAMES_PER_BATCH, add_in_process_option, run_here
 from multi_collectors import module, ours_env, ours_sync, torchrl_env
 
 # Seconds a measurement may take before it is reported as failed (a hang, not a number).
@@ -148,25 +148,19 @@ def run_subprocess(name: str, frames: int) -> dict[str, float] | str:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def run_here(name: str, frames: int) -> dict[str, float] | str:
-    """One measurement in this interpreter (`--in-process`): its result, or its error."""
-    try:
-        return MEASUREMENTS[name][2](frames)
-    except Exception as err:  # reported as FAILED, as a subprocess's error is
-        return f"{type(err).__name__}: {err}"
-
-
 def measure(
     names: list[str], frames: int, rounds: int, in_process: bool = False
 ) -> dict[tuple[str, str], dict]:
     """Best result of each measurement over interleaved rounds (highest frames/s, lowest
     seconds), so that a change in the machine's load hits every implementation alike."""
-    run = run_here if in_process else run_subprocess
     best: dict[tuple[str, str], dict[str, float]] = {}
     for _ in range(rounds):
         for name in names:
             case, implementation, _ = MEASUREMENTS[name]
-            result = run(name, frames)
+            if in_process:
+                result = run_here(MEASUREMENTS[name][2], frames)
+            else:
+                result = run_subprocess(name, frames)
             if isinstance(result, str):
                 print(f"{case:18} {implementation:14} FAILED: {result}")
                 continue
@@ -195,12 +189,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--only", nargs="*", default=None, help="measurement names to run")
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run every measurement in this interpreter (a smoke run: cheaper, but start-up "
-        "and memory are not a fresh interpreter's)",
-    )
+    add_in_process_option(parser)
     args = parser.parse_args()
     frames = args.frames or (2_000 if args.quick else 20_000)
     if args.measure:
