@@ -4,7 +4,7 @@ Each run is a child of this test process's script zygote (tests/examples/script_
 interpreter that has imported torch, tensordict and rlcollect once and forks a child per run,
 which runs the script as `python examples/<script>.py ...` would. A fresh interpreter costs
 about 6 s of CPU on a 2-core machine, most of a short run. The tests that check what only a
-fresh interpreter shows (an extra's import blocked, Ctrl-C, the README's commands) start one.
+fresh interpreter shows (Ctrl-C, the README's commands) start one.
 """
 
 from __future__ import annotations
@@ -74,12 +74,15 @@ class ScriptZygote:
         return line
 
     def run(
-        self, argv: list[str], env: dict[str, str], timeout: float
+        self, argv: list[str], env: dict[str, str], timeout: float, before: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run `python <argv>` in a forked child; as `subprocess.run(..., timeout=timeout)`."""
+        """Run `python <argv>` in a forked child; as `subprocess.run(..., timeout=timeout)`.
+        `before`: a Python file the child runs first, as a `sitecustomize` at start-up."""
         with tempfile.TemporaryDirectory(prefix="script-run-") as outputs:
             paths = {name: os.path.join(outputs, name) for name in ("stdout", "stderr")}
             request = {"argv": argv, "env": env, "cwd": str(REPO_ROOT), **paths}
+            if before is not None:
+                request["before"] = str(before)
             self.process.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
             pid = 0
             try:
@@ -113,16 +116,21 @@ def kill(pid: int) -> None:
 _zygote: ScriptZygote | None = None
 
 
+def zygote() -> ScriptZygote:
+    """This process's zygote, started (again) when it has none running."""
+    global _zygote
+    if _zygote is None or _zygote.process.poll() is not None:
+        _zygote = ScriptZygote()
+    return _zygote
+
+
 def run_script(
     script: str, run_dir: Path, *overrides: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`python examples/<script>.py hydra.run.dir=<run_dir> <overrides>` from the repo root."""
-    global _zygote
-    if _zygote is None or _zygote.process.poll() is not None:
-        _zygote = ScriptZygote()
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}
     argv = [str(EXAMPLES / f"{script}.py"), f"hydra.run.dir={run_dir}", *overrides]
-    return _zygote.run(argv, environment, timeout)
+    return zygote().run(argv, environment, timeout)
 
 
 def check_succeeded(result: subprocess.CompletedProcess[str]) -> None:

@@ -10,8 +10,10 @@ a fresh interpreter's run is the state of the modules imported here, which is th
 state: nothing here runs torch, Hydra or a collector.
 
 Protocol, one line each, over this process's stdin and stdout: a JSON request
-`{"argv", "env", "cwd", "stdout", "stderr"}` in; `started <pid>` and then `exited <status>`
-out (the status as `subprocess` gives it: negative for a signal).
+`{"argv", "env", "cwd", "stdout", "stderr"}` in, and optionally `"before"`: a Python file the
+child runs first, as a `sitecustomize` would run at a fresh interpreter's start-up (the extras
+tests block imports this way); `started <pid>` and then `exited <status>` out (the status as
+`subprocess` gives it: negative for a signal).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def run_child(request: dict, channels: list[IO[str]]) -> None:
     if os.environ.get("PYTHONUNBUFFERED"):  # read at start-up: output flushed line by line
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if request.get("before"):
+        runpy.run_path(request["before"], run_name="sitecustomize")
     script = os.path.abspath(request["argv"][0])
     sys.argv = [script, *request["argv"][1:]]
     sys.path[0] = os.path.dirname(script)

@@ -2,16 +2,18 @@
 makes a run dir, naming the option, the module, the extra and the rlc.sh job that installs
 everything; a config that needs no extra is not refused.
 
-The subprocess tests run the real scripts with imports blocked by a `sitecustomize` on
-PYTHONPATH: a blocked module (and its submodules) raises ModuleNotFoundError, and namespace
-packages (Hydra's `hydra_plugins`) no longer list it, as when it is not installed."""
+The script tests run the real scripts (in children of the script zygote, as `python
+examples/<script>.py` runs them) with imports blocked by a blocker the child runs first, as a
+`sitecustomize` would run at start-up: a blocked module (and its submodules) raises
+ModuleNotFoundError, and namespace packages (Hydra's `hydra_plugins`) no longer list it, as when
+it is not installed. The zygote has imported torch, tensordict, Gymnasium, Hydra and rlcollect,
+none of which imports an optional module; the blocker refuses to run if one was imported."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from omegaconf import OmegaConf
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.examples.script_runner import EXAMPLES, REPO_ROOT, check_succeeded
+from tests.examples.script_runner import EXAMPLES, REPO_ROOT, check_succeeded, zygote
 
 BLOCKER = '''"""Blocks the modules named in RLC_BLOCKED_MODULES (comma-separated)."""
 import os
@@ -33,6 +35,12 @@ BLOCKED = [name for name in os.environ.get("RLC_BLOCKED_MODULES", "").split(",")
 
 def blocked(name):
     return any(name == module or name.startswith(module + ".") for module in BLOCKED)
+
+
+# Too late to block what was imported already: the run would not show a missing module.
+imported = sorted(name for name in sys.modules if blocked(name))
+if imported:
+    raise RuntimeError(f"blocked modules {imported} were imported before the blocker ran")
 
 
 class Blocker(MetaPathFinder):
@@ -52,32 +60,19 @@ pkgutil.iter_modules = lambda *args, **kwargs: (
 
 @pytest.fixture(scope="module")
 def blocker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding the import blocker as `sitecustomize.py`."""
-    directory = tmp_path_factory.mktemp("blocker")
-    (directory / "sitecustomize.py").write_text(BLOCKER)
-    return directory
+    """The import blocker, as a file."""
+    path = tmp_path_factory.mktemp("blocker") / "block_imports.py"
+    path.write_text(BLOCKER)
+    return path
 
 
 def run_without(
     blocker: Path, blocked: tuple[str, ...], script: str, *arguments: str
 ) -> subprocess.CompletedProcess[str]:
     """`python examples/<script>.py <arguments>` with the `blocked` modules not importable."""
-    path = os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))
-    environment = {
-        **os.environ,
-        "PYTHONPATH": path,
-        "RLC_BLOCKED_MODULES": ",".join(blocked),
-        "PYTHONUNBUFFERED": "1",
-    }
-    return subprocess.run(
-        [sys.executable, str(EXAMPLES / f"{script}.py"), *arguments],
-        cwd=REPO_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
+    environment = {**os.environ, "RLC_BLOCKED_MODULES": ",".join(blocked), "PYTHONUNBUFFERED": "1"}
+    argv = [str(EXAMPLES / f"{script}.py"), *arguments]
+    return zygote().run(argv, environment, timeout=150, before=blocker)
 
 
 # One run per option group: (script, flags and overrides, blocked modules, what the message
