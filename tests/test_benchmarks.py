@@ -1,18 +1,19 @@
-"""Benchmark scripts run end to end in their quick mode (numbers are not asserted); the ones
-that measure each implementation in a fresh interpreter run with `--in-process` here, one
-interpreter for all (a fresh interpreter costs about 6 s of CPU: the suite's time, not what the
-smoke run checks)."""
+"""Benchmark scripts run end to end in their quick mode (numbers are not asserted), each as
+`python benchmarks/<script>.py` runs it, in a child of the script zygote
+(tests/examples/script_runner.py: an interpreter that imported torch once); the ones that
+measure each implementation in a fresh interpreter run with `--in-process` here, one interpreter
+for all (a fresh interpreter costs about 6 s of CPU: the suite's time, not what the smoke run
+checks)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.examples.script_runner import zygote
 from tests.ray_session import SUBPROCESS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,14 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(script: str, *arguments: str) -> str:
     """Run a benchmark script; a Ray cluster it starts runs its workers at nice 0, as the test
     run's does (Ray's nice 15 starved them on a busy machine: tests/ray_session.py)."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-        env={**os.environ, **SUBPROCESS_ENV},
-    )
+    argv = [str(ROOT / "benchmarks" / script), *arguments]
+    done = zygote().run(argv, {**os.environ, **SUBPROCESS_ENV}, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
