@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 FRAMES_PER_BATCH = 1000
-T = TypeVar("T")
 NUM_ENVS = 8
+T = TypeVar("T")  # what a measurement returns (run_here)
 
 
 # --- policies (the same modules for every implementation) -----------------------------------
