@@ -183,6 +183,9 @@ def descendants(root: int | None = None) -> dict[int, tuple[int, str]]:
 # other process.
 RAY_TITLE = re.compile(r"^\[?ray::")
 RAY_PROGRAM = re.compile(r"/ray/(core/src/ray/\S+|(_private|dashboard|autoscaler)/\S+\.py)$")
+# The session cluster's workers start through a launcher and are forked from a zygote
+# (tests/ray_zygote.py): both are Ray's processes too.
+RAY_ZYGOTE = ("/tests/ray_zygote.py", "tests.ray_zygote")
 # Ray's object store, which the session's driver (this process) maps once Ray runs.
 RAY_OBJECT_STORE = re.compile(r"/dev/shm/plasma\w{6}")
 
@@ -203,11 +206,12 @@ def leftover_processes(before: dict[int, tuple[int, str]]) -> dict[int, str]:
 
 def is_ray_process(command: str) -> bool:
     """Whether a command line is one of Ray's processes: by the title Ray gives its workers,
-    or by the program run (a Ray binary, or a Ray script run by Python)."""
+    or by the program run (a Ray binary, a Ray script run by Python, or the session cluster's
+    worker launcher and zygote)."""
     words = command.split()
     if not words:
         return False
-    if RAY_TITLE.match(words[0]):
+    if RAY_TITLE.match(words[0]) or any(word.endswith(RAY_ZYGOTE) for word in words[1:3]):
         return True
     program = words[0]
     if Path(program).name.startswith("python"):

@@ -16,8 +16,11 @@ started more than one fails, naming them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,6 +36,10 @@ OBJECT_STORE_BYTES = 200 * 1024**2
 SYSTEM_CONFIG = {"worker_niceness": 0}
 # The same, for a subprocess that starts a cluster of its own (Ray reads RAY_<option>).
 SUBPROCESS_ENV = {f"RAY_{option}": str(value) for option, value in SYSTEM_CONFIG.items()}
+# The launcher and zygote of the session cluster's workers (named, not imported: the zygote
+# imports torch and Ray).
+ZYGOTE_MODULE = "tests.ray_zygote"
+ZYGOTE_FILE = Path(__file__).resolve().parent / "ray_zygote.py"
 # What code that uses Ray says.
 USES_RAY = re.compile(
     r"\bimport ray\b|\bfrom ray\b|\bray\.init\("
@@ -45,25 +52,50 @@ _clusters = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[str]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The session's local cluster (2 CPUs, a 200 MB object store, no dashboard, workers at
-    the tests' priority): its GCS address, for processes that join it. Tests skip only when
-    Ray is not installed."""
+    the tests' priority, forked from a preloaded zygote: tests/ray_zygote.py): its GCS address,
+    for processes that join it. Tests skip only when Ray is not installed."""
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
-    if started:
-        ray.init(
-            num_cpus=CLUSTER_CPUS,
-            object_store_memory=OBJECT_STORE_BYTES,
-            include_dashboard=False,
-            log_to_driver=False,
-            _system_config=SYSTEM_CONFIG,
-        )
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
+    with contextlib.ExitStack() as stack:
         if started:
-            ray.shutdown()
+            socket_path = str(tmp_path_factory.mktemp("ray-zygote") / "socket")
+            stack.enter_context(worker_zygote(socket_path))
+            ray.init(
+                num_cpus=CLUSTER_CPUS,
+                object_store_memory=OBJECT_STORE_BYTES,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"py_executable": f"{sys.executable} -S {ZYGOTE_FILE} {socket_path}"},
+                _system_config=SYSTEM_CONFIG,
+            )
+            stack.callback(ray.shutdown)
+        yield ray.get_runtime_context().gcs_address
+
+
+@contextlib.contextmanager
+def worker_zygote(socket_path: str) -> Iterator[None]:
+    """The zygote the session cluster's workers are forked from, serving at `socket_path`
+    until the cluster is shut down."""
+    zygote = subprocess.Popen(
+        [sys.executable, "-m", ZYGOTE_MODULE, "serve", socket_path],
+        cwd=ZYGOTE_FILE.parents[1],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if zygote.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+            raise RuntimeError(f"the Ray worker zygote did not start ({zygote.wait()})")
+        yield
+    finally:
+        zygote.stdin.close()  # type: ignore[union-attr]
+        try:
+            zygote.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            zygote.kill()
+            zygote.wait()
 
 
 # --- which tests use Ray ---------------------------------------------------------------------

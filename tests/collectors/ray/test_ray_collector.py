@@ -413,3 +413,18 @@ def test_workers_of_the_test_run_cluster_run_at_the_tests_priority() -> None:
         return os.nice(0)
 
     assert ray.get(niceness.remote(), timeout=240) == os.nice(0)
+
+
+def test_workers_of_the_test_run_cluster_are_forked_from_the_preloaded_zygote() -> None:
+    """The session cluster's workers come from tests/ray_zygote.py (torch imported once, not
+    per actor); a launcher that cannot reach the zygote would silently start fresh ones."""
+
+    @ray.remote(num_cpus=0)
+    def where() -> tuple[str, bool]:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
+        return parent.decode(), "torch" in sys.modules
+
+    parent, torch_imported = ray.get(where.remote(), timeout=240)
+    assert "tests.ray_zygote serve" in parent
+    assert torch_imported
+
