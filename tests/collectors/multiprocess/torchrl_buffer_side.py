@@ -4,32 +4,15 @@ of their own as in `torchrl_side`, and ours), described alike for side-by-side t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tests.collectors.multiprocess.torchrl_side import ROOT, leaf_keys, torchrl_cartpole
+from tests.collectors.multiprocess.torchrl_side import leaf_keys, run_side, torchrl_cartpole
 
 CAPACITY = 1000
-
-# TorchRL's workers forked (its default is spawn): the same answer, a fraction of the start-up.
-SCRIPT = """
-import json, multiprocessing, os, sys
-from pathlib import Path
-import torchrl.collectors as collectors
-from tests.collectors.multiprocess.torchrl_buffer_side import fill
-
-if __name__ == "__main__":
-    multiprocessing.set_start_method("fork", force=True)
-    request = json.loads(sys.argv[1])
-    print(json.dumps([fill(collectors, *run, Path(request["directory"]), **request["options"])
-        for run in request["runs"]]), flush=True)
-    # Its workers are gone by now, but with them forked TorchRL's exit hangs: end here.
-    os._exit(0)
-"""
 
 
 def cartpole_policy() -> Any:
@@ -120,17 +103,18 @@ def describe_buffer(buffer: Any) -> dict[str, Any]:
 def run_torchrl_fills(
     runs: list[tuple[str, str]], directory: Path, **options: Any
 ) -> list[dict[str, Any]]:
-    """`fill()` with TorchRL's collectors, for each `(builder, kind)` of `runs`, in one fresh
-    Python process."""
-    request = json.dumps({"runs": runs, "directory": str(directory), "options": options})
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, request],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"TorchRL's collectors failed:\n{done.stderr[-3000:]}")
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    """`fill()` with TorchRL's collectors, for each `(builder, kind)` of `runs`, in one Python
+    process of its own (a child of the script zygote, TorchRL's workers forked: see
+    `torchrl_side`)."""
+    request = {"runs": runs, "directory": str(directory), "options": options}
+    return list(run_side(request, "fill", timeout=240))
+
+
+def fill_all(request: dict[str, Any]) -> None:
+    """In the side process (`torchrl_side.main`): fill a buffer with each TorchRL collector
+    asked for, print what each holds."""
+    import torchrl.collectors as collectors
+
+    directory = Path(request["directory"])
+    runs = [fill(collectors, *run, directory, **request["options"]) for run in request["runs"]]
+    sys.stdout.write(json.dumps(runs) + "\n")

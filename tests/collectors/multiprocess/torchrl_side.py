@@ -1,36 +1,19 @@
 """TorchRL's multi-process collectors, run in a Python process of their own for side-by-side
 tests: what they leave behind (the semaphores of their queues) is then not charged to ours by
-the leak checks of `tests/conftest.py`."""
+the leak checks of `tests/conftest.py`. The process is a child of the script zygote
+(tests/examples/script_runner.py: torch imported once), running this file as a script; TorchRL's
+workers are forked (its default is spawn): the same answer, a fraction of the start-up."""
 
 from __future__ import annotations
 
 import json
-import subprocess
+import multiprocessing
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
-
-# TorchRL's workers forked (its default is spawn): the same answer, a fraction of the start-up.
-SCRIPT = """
-import json, multiprocessing, os, sys
-import torchrl.collectors as collectors
-from tests.collectors.multiprocess.torchrl_side import describe, torchrl_cartpole
-
-if __name__ == "__main__":
-    multiprocessing.set_start_method("fork", force=True)
-    request = json.loads(sys.argv[1])
-    makers = request.pop("makers")
-    create_env_fn = [torchrl_cartpole] * makers if makers else torchrl_cartpole
-    collector = getattr(collectors, request.pop("builder"))(create_env_fn, **request)
-    try:
-        print(json.dumps(describe(collector, collectors.MultiCollector)), flush=True)
-    finally:
-        collector.shutdown()
-    # Its workers are gone by now, but with them forked TorchRL's exit hangs: end here.
-    os._exit(0)
-"""
 
 
 def torchrl_cartpole() -> Any:
@@ -62,18 +45,52 @@ def describe(collector: Any, multi_collector_class: type) -> dict[str, Any]:
     }
 
 
+def run_side(request: dict[str, Any], task: str, timeout: float) -> Any:
+    """Run this file as a script on `request` (`task`: "describe" or "fill") in a child of the
+    script zygote; the JSON of its last line of output. A failure is raised with its errors."""
+    from tests.examples.script_runner import zygote
+
+    argv = [__file__, task, json.dumps(request)]
+    done = zygote().run(argv, dict(os.environ), timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"TorchRL's collectors failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def run_torchrl(builder: str, makers: int = 0, **arguments: Any) -> dict[str, Any]:
     """`describe()` of TorchRL's `builder(torchrl_cartpole or [it] * makers, **arguments)`,
-    built and shut down in a fresh Python process."""
-    request = json.dumps({"builder": builder, "makers": makers, **arguments})
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, request],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"TorchRL's {builder} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    built and shut down in a Python process of its own."""
+    request = {"builder": builder, "makers": makers, **arguments}
+    return dict(run_side(request, "describe", timeout=150))
+
+
+def describe_torchrl(request: dict[str, Any]) -> None:
+    """In the side process: build TorchRL's collector, print its description."""
+    import torchrl.collectors as collectors
+
+    makers = request.pop("makers")
+    create_env_fn = [torchrl_cartpole] * makers if makers else torchrl_cartpole
+    collector = getattr(collectors, request.pop("builder"))(create_env_fn, **request)
+    try:
+        sys.stdout.write(json.dumps(describe(collector, collectors.MultiCollector)) + "\n")
+    finally:
+        collector.shutdown()
+
+
+def main(task: str, request: dict[str, Any]) -> None:
+    """The side process: TorchRL's workers forked; `task` done; the process ended at once
+    (TorchRL's workers are gone by then, but with them forked its exit hangs)."""
+    multiprocessing.set_start_method("fork", force=True)
+    if task == "fill":
+        from tests.collectors.multiprocess.torchrl_buffer_side import fill_all
+
+        fill_all(request)
+    else:
+        describe_torchrl(request)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # run as a script: the repository's packages importable
+    main(sys.argv[1], json.loads(sys.argv[2]))
