@@ -17,9 +17,16 @@ from rlcollect.replay import (
     PrioritizedSampler,
     ReplayBuffer,
 )
+from rlcollect.runtime.processes import worker_context
 from tests.replay.replay_workers import extend_shared, transitions
 
 ITEMS_PER_WORKER = 10_000
+
+
+def fresh_process_context() -> multiprocessing.context.BaseContext:
+    """New processes that get the buffer pickled, as spawned ones do, but forked from the
+    preloaded fork server of our workers (a spawned interpreter imports torch: seconds)."""
+    return worker_context(None)
 
 
 def check_frames_consistent(sample: torch.Tensor) -> None:
@@ -34,7 +41,7 @@ def check_frames_consistent(sample: torch.Tensor) -> None:
 def test_two_processes_extend_one_shared_buffer_while_it_is_sampled(
     kind: str, tmp_path: Path
 ) -> None:
-    context = multiprocessing.get_context("spawn")
+    context = fresh_process_context()
     max_size = 2 * ITEMS_PER_WORKER + 500
     storage = (
         LazyTensorStorage(max_size)
@@ -160,7 +167,7 @@ def test_sharing_an_initialized_storage_keeps_its_items() -> None:
 @pytest.mark.parametrize("kind", ["tensor", "memmap"])
 def test_storage_reads_see_what_only_workers_wrote(kind: str, tmp_path: Path) -> None:
     """`buffer.storage[index]` is the first read in this process: it must map the workers' data."""
-    context = multiprocessing.get_context("spawn")
+    context = fresh_process_context()
     storage = (
         LazyTensorStorage(100)
         if kind == "tensor"
