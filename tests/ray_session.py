@@ -6,7 +6,8 @@ they all go to one worker (`xdist_group("ray")`), so one cluster serves the whol
 uses Ray when it asks for `ray_cluster` (every test under tests/collectors/ray does), or when
 the code it runs as written names Ray (`import ray`, `RayCollector`, `RayReplayBuffer`, ...): a
 doctest of rlcollect, a docs page's example block. A test may also run Ray in a subprocess of
-its own that starts and stops its cluster.
+its own that starts and stops its cluster. The session cluster's workers are forked from a
+preloaded interpreter (tests/ray_zygote.py): an actor costs a fork, not an import of torch.
 
 The guard: Ray names a cluster's session directory after the process that started it
 (`<ray temp dir>/session_<date>_<pid>`). At the end of the run, every test process counts the

@@ -100,8 +100,9 @@ def receive_request(connection: socket.socket) -> tuple[dict, list[int]]:
 
 
 def run_child(request: dict, fds: list[int], connection: socket.socket) -> None:
-    """In the forked child: become `python <argv>`; report the exit status before exiting."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote reaps; a worker waits itself
+    """In the forked child: become `python <argv>`, then exit with its status (the zygote
+    tells the launcher)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as in a fresh interpreter
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
         os.close(fd)

@@ -427,4 +427,3 @@ def test_workers_of_the_test_run_cluster_are_forked_from_the_preloaded_zygote() 
     parent, torch_imported = ray.get(where.remote(), timeout=240)
     assert "tests.ray_zygote serve" in parent
     assert torch_imported
-
