@@ -61,18 +61,38 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     started = not ray.is_initialized()
     with contextlib.ExitStack() as stack:
         if started:
-            socket_path = str(tmp_path_factory.mktemp("ray-zygote") / "socket")
-            stack.enter_context(worker_zygote(socket_path))
-            ray.init(
-                num_cpus=CLUSTER_CPUS,
-                object_store_memory=OBJECT_STORE_BYTES,
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"py_executable": f"{sys.executable} -S {ZYGOTE_FILE} {socket_path}"},
-                _system_config=SYSTEM_CONFIG,
-            )
+            directory = tmp_path_factory.mktemp("ray-zygote")
+            stack.enter_context(worker_zygote(str(directory / "socket")))
+            with python_through_launcher(directory):
+                ray.init(
+                    num_cpus=CLUSTER_CPUS,
+                    object_store_memory=OBJECT_STORE_BYTES,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    _system_config=SYSTEM_CONFIG,
+                )
             stack.callback(ray.shutdown)
         yield ray.get_runtime_context().gcs_address
+
+
+@contextlib.contextmanager
+def python_through_launcher(directory: Path) -> Iterator[None]:
+    """While Ray starts a node, `sys.executable` names a launcher (tests/ray_zygote.py) in
+    `directory`: the node's Python processes are started as `sys.executable <args>`, so the
+    raylet starts its workers through the launcher, which has them forked from the zygote
+    (and execs Python for the node's other processes). Ray's documented `py_executable`
+    option does the same through a runtime env, but then every worker first runs Ray's
+    `setup_worker.py`, which imports Ray: a second of CPU per actor."""
+    launcher = directory / "python"
+    launcher.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -S "{ZYGOTE_FILE}" "{directory / "socket"}" "$@"\n'
+    )
+    launcher.chmod(0o755)
+    python, sys.executable = sys.executable, str(launcher)
+    try:
+        yield
+    finally:
+        sys.executable = python
 
 
 @contextlib.contextmanager

@@ -4,20 +4,19 @@ only).
 Ray starts every worker (each actor: a collector, a replay-buffer server, an evaluator) as a
 fresh `python default_worker.py ...`, which then imports torch, tensordict and rlcollect: about
 6 s of CPU per actor on a 2-core machine, most of what a Ray test costs. The session's cluster
-(tests/ray_session.py) runs its workers through Ray's documented `py_executable` option with
-this file as the launcher:
+(tests/ray_session.py) starts its node's Python processes through this file, the launcher:
 
 - `python -m tests.ray_zygote serve <socket>` (the *zygote*, started by the `ray_cluster`
-  fixture) imports Ray, torch, tensordict and rlcollect once, then for each launcher that
-  connects forks a child that runs `default_worker.py` as `python default_worker.py <args>`
-  would: its `__main__`, `sys.argv`, `sys.path[0]`, the launcher's environment, working
-  directory, stdin, stdout and stderr. Nothing here runs torch or Ray before the fork.
-- `python -S tests/ray_zygote.py <socket> <default_worker.py> <args>` (the *launcher*, what
-  Ray's raylet starts) asks the zygote for that child, passes on SIGTERM and SIGINT, and exits
-  with the child's status. The child ends when the launcher does (it watches a pipe only the
-  launcher holds), so a raylet that kills a worker's process kills the worker.
-
-Where the zygote cannot be reached, the launcher becomes a plain `python default_worker.py`.
+  fixture) imports torch, tensordict and rlcollect once (not Ray: its C++ core reads its
+  settings from the environment when it loads), then for each launcher that connects forks a
+  child that runs `default_worker.py` as `python default_worker.py <args>` would: its
+  `__main__`, `sys.argv`, `sys.path[0]`, the launcher's environment, working directory, stdin,
+  stdout and stderr. Nothing here runs torch before the fork.
+- `python -S tests/ray_zygote.py <socket> <args>` (the *launcher*, what the node runs for
+  `python <args>`): for a Ray worker it asks the zygote for that child, passes on SIGTERM and
+  SIGINT, and exits with the child's status; the child ends when the launcher does (it
+  watches a pipe only the launcher holds), so a raylet that kills a worker's process kills
+  the worker. Anything else, or where the zygote cannot be reached, it execs `python <args>`.
 """
 
 from __future__ import annotations
@@ -35,15 +34,20 @@ from collections.abc import Callable
 LENGTH = struct.Struct("<I")
 # stdin, stdout, stderr and the lifeline's read end travel with each request.
 PASSED_FDS = 4
+# The script of Ray's Python workers (the only processes forked from the zygote).
+RAY_WORKER = "default_worker.py"
 
 
 # --- launcher (run by Ray's raylet: stdlib only, no site-packages) ------------------------------
 
 
 def launch(socket_path: str, argv: list[str]) -> None:
-    """Run `python <argv>` in a child of the zygote at `socket_path` and exit as it does."""
+    """Run `python <argv>` in a child of the zygote at `socket_path` and exit as it does;
+    anything but a Ray worker is exec'd as `python <argv>`."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        if not argv or os.path.basename(argv[0]) != RAY_WORKER:
+            raise OSError("not a Ray worker")
         connection.connect(socket_path)
     except OSError:
         os.execv(sys.executable, [sys.executable, *argv])
