@@ -38,7 +38,7 @@ SYSTEM_CONFIG = {"worker_niceness": 0}
 # The same, for a subprocess that starts a cluster of its own (Ray reads RAY_<option>).
 SUBPROCESS_ENV = {f"RAY_{option}": str(value) for option, value in SYSTEM_CONFIG.items()}
 # The launcher and zygote of the session cluster's workers (named, not imported: the zygote
-# imports torch and Ray).
+# imports torch).
 ZYGOTE_MODULE = "tests.ray_zygote"
 ZYGOTE_FILE = Path(__file__).resolve().parent / "ray_zygote.py"
 # What code that uses Ray says.
