@@ -151,3 +151,10 @@ def test_batched_inference_benchmark_measures_the_pixel_case() -> None:
     result = json.loads(output.strip().splitlines()[-1])
     assert result["fps"] > 0
     assert 1 <= result["rows_per_forward"] <= 2
+
+
+@pytest.mark.timeout(120)
+def test_replay_benchmark_quick_run_prints_the_table() -> None:
+    output = run("replay.py", "--quick")
+    for row in ("tensor+random", "memmap+random", "tensor+prioritized", "ratio"):
+        assert row in output
