@@ -7,17 +7,22 @@ actor 1 on the worker node, which is removed while the actors fill the buffers i
 background. Without restarts, the collector must name actor 1; with
 `restart_dead_collectors=True`, actor 1 must come back on the head node and go on writing.
 Either way the buffer, on the surviving node, must keep every write it acknowledged. The facts
-go to stdout as one JSON line for the test to check.
+go to stdout as one JSON line for the test to check. The nodes' workers are forked from a
+preloaded zygote of this process's own (tests/ray_zygote.py), as the test run's cluster's are.
 
 Usage: RAY_TMPDIR=<a short new directory> python -m tests.collectors.ray.two_nodes
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -31,6 +36,7 @@ from rlcollect.collectors.children import RESTART_ID_GAP
 from rlcollect.replay import LazyTensorStorage, RayReplayBuffer
 from tests.collectors.ray.helpers import counting_env
 from tests.conftest import descendants
+from tests.ray_session import python_through_launcher, worker_zygote
 
 EPISODE = 5
 # Frames each actor writes before the worker node is removed, and the restarted one after.
@@ -164,21 +170,37 @@ def finish(case: Case) -> dict[str, Any]:
     return facts
 
 
+def start_cluster(launcher_dir: Path) -> tuple[Cluster, Any]:
+    """The head node and the worker node, their workers forked from the zygote that serves in
+    `launcher_dir` (as the test run's cluster's: tests/ray_session.py)."""
+    with python_through_launcher(launcher_dir):
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                **NODE,
+                "num_cpus": 3,
+                "include_dashboard": False,
+                "_system_config": SYSTEM_CONFIG,
+            },
+        )
+        try:
+            return cluster, cluster.add_node(**NODE, num_cpus=2)
+        except BaseException:
+            cluster.shutdown()
+            raise
+
+
 def run() -> dict[str, Any]:
     """Two collectors at once, one that reports a lost actor and one that restarts it, on a
     head node and a worker node; the worker node is removed while both write."""
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            **NODE,
-            "num_cpus": 3,
-            "include_dashboard": False,
-            "_system_config": SYSTEM_CONFIG,
-        },
-    )
     facts: dict[str, Any] = {}
-    try:
-        worker = cluster.add_node(**NODE, num_cpus=2)
+    with contextlib.ExitStack() as stack:
+        # In RAY_TMPDIR (short, removed by the test): the launcher and the zygote's socket.
+        launcher_dir = Path(tempfile.mkdtemp(dir=os.environ.get("RAY_TMPDIR")))
+        stack.enter_context(worker_zygote(str(launcher_dir / "socket")))
+        cluster, worker = start_cluster(launcher_dir)
+        stack.callback(cluster.shutdown)
+        stack.callback(ray.shutdown)
         ray.init(address=cluster.address, log_to_driver=False)
         head_id, worker_id = cluster.head_node.node_id, worker.node_id
         started = time.monotonic()
@@ -196,9 +218,6 @@ def run() -> dict[str, Any]:
         facts["seconds_after_removal"] = time.monotonic() - removed
         facts["report"], facts["restart"] = finish(report), finish(restart)
         facts["pids"] = sorted(descendants())  # the nodes' processes, the actors' too
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     facts["left"] = sorted(descendants())
     return facts
 
