@@ -60,7 +60,7 @@ def test_mappo_learns_to_beat_a_random_policy(tmp_path: Path) -> None:
     result = run_script(
         "mappo",
         tmp_path,
-        "collector.total_frames=40000",
+        "collector.total_frames=25000",  # about -22 against -29 at random
         "eval_episodes=20",
         "progress=false",
         timeout=280,
