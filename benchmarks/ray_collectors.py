@@ -9,6 +9,9 @@ actors spent collecting it) and the raw put + get of one 1000-frame batch.
     python benchmarks/ray_collectors.py            # full run (best of 3 interleaved rounds)
     python benchmarks/ray_collectors.py --quick    # smoke run
     python benchmarks/ray_collectors.py --quick --in-process  # the tests' smoke run, one process
+
+With `RAY_ADDRESS` set (Ray's own variable: a running cluster's address), the measurements join
+that cluster instead of starting their own (the tests' smoke run joins the test run's).
 """
 
 from __future__ import annotations
@@ -38,14 +41,18 @@ RAY_INIT = {
 
 
 def start_ray() -> dict[str, float]:
-    """Start the measurement's local cluster: `{"ray_init_s": seconds}`, or nothing when this
-    process runs one already (the later measurements of an `--in-process` run)."""
+    """Start the measurement's local cluster, or join the one at `RAY_ADDRESS`:
+    `{"ray_init_s": seconds}`, or nothing when this process is on a cluster already (the later
+    measurements of an `--in-process` run)."""
     import ray
 
     if ray.is_initialized():
         return {}
     start = time.perf_counter()
-    ray.init(**RAY_INIT)
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:
+        ray.init(**RAY_INIT)
     return {"ray_init_s": time.perf_counter() - start}
 
 

@@ -19,11 +19,12 @@ from tests.ray_session import SUBPROCESS_ENV
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(script: str, *arguments: str) -> str:
-    """Run a benchmark script; a Ray cluster it starts runs its workers at nice 0, as the test
-    run's does (Ray's nice 15 starved them on a busy machine: tests/ray_session.py)."""
+def run(script: str, *arguments: str, env: dict[str, str] | None = None) -> str:
+    """Run a benchmark script (with `env` added to the environment); a Ray cluster it starts
+    runs its workers at nice 0, as the test run's does (Ray's nice 15 starved them on a busy
+    machine: tests/ray_session.py)."""
     argv = [str(ROOT / "benchmarks" / script), *arguments]
-    done = zygote().run(argv, {**os.environ, **SUBPROCESS_ENV}, timeout=240)
+    done = zygote().run(argv, {**os.environ, **SUBPROCESS_ENV, **(env or {})}, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -85,10 +86,12 @@ def test_store_obs_once_benchmark_quick() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ray_collector_benchmark_quick() -> None:
-    pytest.importorskip("ray")
+def test_ray_collector_benchmark_quick(ray_cluster: str) -> None:
+    """On the test run's cluster (its actors forked from the preloaded zygote)."""
     output = run(
-        "ray_collectors.py", "--quick", "--in-process", "--only", "ray rlcollect", "object store"
+        "ray_collectors.py",
+        *("--quick", "--in-process", "--only", "ray rlcollect", "object store"),
+        env={"RAY_ADDRESS": ray_cluster},
     )
     assert "rlcollect-ray" in output
     assert "overhead_ms=" in output
