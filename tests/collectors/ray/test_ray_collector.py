@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 from tests.conftest import processes_gone
+from tests.examples.script_runner import zygote
 from tests.ray_session import SUBPROCESS_ENV
 
 ray = pytest.importorskip("ray")
@@ -292,17 +294,26 @@ def test_stats_state_dict_seeds_and_reset() -> None:
 # --- who starts and stops Ray --------------------------------------------------------------------
 
 
-def run_python(script: str, timeout: float = RAY_TEST_TIMEOUT - 60) -> str:
-    """Run `script` in a fresh interpreter; a cluster it starts runs its workers at nice 0
+def run_python(script: str, timeout: float = RAY_TEST_TIMEOUT - 60, fresh: bool = False) -> str:
+    """Run `script` as `python <its file>` in a child of the script zygote (torch and rlcollect
+    imported once: tests/examples/script_runner.py), or in a fresh interpreter (`fresh`: for a
+    script that must import rlcollect itself); a cluster it starts runs its workers at nice 0
     (`RAY_worker_niceness`), as the test run's does (tests/ray_session.py)."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **SUBPROCESS_ENV},
-    )
+    env = {**os.environ, **SUBPROCESS_ENV}
+    with tempfile.TemporaryDirectory(prefix="ray-script-") as directory:
+        path = Path(directory) / "script.py"
+        path.write_text(textwrap.dedent(script))
+        if fresh:
+            done = subprocess.run(
+                [sys.executable, str(path)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+        else:
+            done = zygote().run([str(path)], env, timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -372,7 +383,8 @@ def test_rlcollect_imports_without_ray_and_names_the_extra() -> None:
                 build()
             except ImportError as err:
                 print("refused:", err)
-        """
+        """,
+        fresh=True,
     )
     assert output.count("pip install 'rlcollect[ray]'") == 2, output
     assert "RayCollector needs Ray" in output
