@@ -31,6 +31,7 @@ import torch
 
 from rlcollect.errors import WorkerError, WorkerRaisedError, WorkerTimeoutError
 from rlcollect.runtime.exits import exit_promptly_on_interrupt
+from rlcollect.runtime.fork_server import share_parent_fork_server
 
 HEADER = struct.Struct("<Bq")
 OK = b"\x00"
@@ -166,9 +167,11 @@ def bootstrap(
     """Entry point of every worker process: set the process up, then run `target`.
 
     Ctrl-C is left to the parent, which closes its workers; torch gets `num_threads` threads so
-    that workers do not oversubscribe the cores.
+    that workers do not oversubscribe the cores; workers this one starts come from the fork
+    server it came from (rlcollect.runtime.fork_server).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    share_parent_fork_server()
     torch.set_num_threads(num_threads)
     # Forked from one server, every worker would draw the same random numbers: start each
     # from fresh entropy (a seed sent later makes them reproducible).
