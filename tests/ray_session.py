@@ -50,16 +50,23 @@ USES_RAY = re.compile(
 WORKER_OUTPUT_KEY = "ray_clusters_started"
 _started_at = pytest.StashKey[float]()
 _clusters = pytest.StashKey[list[str]]()
+# The running cluster's clean-up, and how many of this run's tests that use it are still to run.
+_cluster_stack = pytest.StashKey[contextlib.ExitStack]()
+_cluster_tests_left = pytest.StashKey[int]()
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def ray_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """The session's local cluster (2 CPUs, a 200 MB object store, no dashboard, workers at
     the tests' priority, forked from a preloaded zygote: tests/ray_zygote.py): its GCS address,
-    for processes that join it. Tests skip only when Ray is not installed."""
+    for processes that join it. Tests skip only when Ray is not installed. It stops once the
+    last test that uses it has run (`pytest_runtest_teardown`), not at the end of the run."""
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     with contextlib.ExitStack() as stack:
+        request.config.stash[_cluster_stack] = stack
         if started:
             directory = tmp_path_factory.mktemp("ray-zygote")
             stack.enter_context(worker_zygote(str(directory / "socket")))
@@ -154,6 +161,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             names.append("ray_cluster")  # set up before the test, like a requested fixture
         if grouped:
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[_cluster_tests_left] = sum(
+        "ray_cluster" in getattr(item, "fixturenames", ()) for item in session.items
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Stop the cluster after the last test that uses it: under xdist one worker runs them
+    all, one after the other, and later tests need the cores its daemons keep busy."""
+    yield
+    config = item.config
+    if "ray_cluster" not in getattr(item, "fixturenames", ()):
+        return
+    config.stash[_cluster_tests_left] = config.stash.get(_cluster_tests_left, 1) - 1
+    if config.stash[_cluster_tests_left] == 0 and _cluster_stack in config.stash:
+        config.stash[_cluster_stack].close()
 
 
 def group_names(item: pytest.Item) -> list[str]:
