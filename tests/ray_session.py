@@ -1,7 +1,7 @@
 """One Ray cluster per test run: a pytest plugin (loaded by the root conftest.py).
 
 Every test that uses Ray in a test process runs on the session's local cluster (`ray_cluster`,
-started by the first such test, shut down at the end of the session), and under pytest-xdist
+started by the first such test, shut down after the last), and under pytest-xdist
 they all go to one worker (`xdist_group("ray")`), so one cluster serves the whole run. A test
 uses Ray when it asks for `ray_cluster` (every test under tests/collectors/ray does), or when
 the code it runs as written names Ray (`import ray`, `RayCollector`, `RayReplayBuffer`, ...): a
