@@ -253,7 +253,8 @@ def nothing_left_at_os_level() -> Iterator[None]:
     assert not left, f"processes left behind: {left}"
     # A background thread (a collector's watchdog that shut it down) may still be letting go
     # of its mappings on a loaded machine: what is still held after 5 s is held.
-    while shared_memory_held() > shared and time.monotonic() < deadline + 5.0:
+    deadline = time.monotonic() + 5.0
+    while shared_memory_held() > shared and time.monotonic() < deadline:
         time.sleep(0.05)
         gc.collect()
     assert shared_memory_held() <= shared, "shared memory is still mapped or held open"
