@@ -198,12 +198,14 @@ class CollectorActor:
     def progress(self) -> tuple[int, str | None]:
         """Frames written since `start()`, and the traceback that stopped the background
         collection (None while it is well)."""
+        self._check_restored()
         error = self.loop.error
         failure = None if error is None else "".join(traceback.format_exception(error))
         return self.written, failure
 
     def pause(self) -> None:
         """Hold background collection between two batches until `resume()`."""
+        self._check_restored()
         self.paused.enter_context(self.loop.pause())
 
     def resume(self) -> None:
@@ -212,6 +214,7 @@ class CollectorActor:
     def stop(self) -> int:
         """End background collection (the batch in flight is written) and return the frames
         written since `start()`; raises what stopped it, if anything did."""
+        self._check_restored()
         try:
             self.loop.shutdown()
         finally:
@@ -262,6 +265,7 @@ class CollectorActor:
 
     def getattr_env(self, attr: str) -> EnvAttribute:
         """An attribute of the collector's env, as `env_attribute` answers it."""
+        self._check_restored()
         with self._between_batches():
             return env_attribute(self.collector, attr)
 
@@ -269,6 +273,7 @@ class CollectorActor:
         self.collector.assign_trajectory_ids(offset, stride)
 
     def state_dict(self) -> dict[str, Any]:
+        self._check_restored()
         with self._between_batches():
             return dict(self.collector.state_dict())
 
@@ -278,6 +283,7 @@ class CollectorActor:
 
     def stats(self) -> dict[str, Any]:
         """The collector's statistics, with the seconds this actor spent collecting."""
+        self._check_restored()
         with self._between_batches():
             stats = dict(self.collector.stats())
         stats["collect_seconds"] = self.collect_seconds

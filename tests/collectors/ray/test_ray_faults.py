@@ -35,6 +35,21 @@ PENDULUM = "Pendulum-v1"
 VERSION = ("next", keys.POLICY_VERSION)
 
 
+def wait_restarted_by_ray(handle: Any, dead_pid: int, within: float = 60.0) -> dict[str, Any]:
+    """What `ready()` answers once Ray has restarted the actor of `handle` (killed in process
+    `dead_pid`) in a new process; the collector is not asked anything meanwhile."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            info = ray.get(handle.ready.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            time.sleep(0.05)  # still restarting
+            continue
+        if info["pid"] != dead_pid:
+            return info
+    raise AssertionError(f"Ray did not restart the actor within {within} s")
+
+
 def set_bias(policy: torch.nn.Module, value: float) -> None:
     with torch.no_grad():
         policy.module.bias.fill_(value)
@@ -136,9 +151,11 @@ def test_a_restarted_actor_goes_on_filling_the_buffer_while_the_other_keeps_coll
         ray.kill(actor_handles(collector)[0], no_restart=False)
         assert processes_gone([pid], REPORT_SECONDS)
         written = rb.write_count
-        time.sleep(1.0)  # actor 0 is restarting meanwhile
+        # Ray brings actor 0 back meanwhile; the collector has not restored it yet.
+        assert wait_restarted_by_ray(actor_handles(collector)[0], pid)["restored"] is False
         assert rb.write_count > written, "actor 1 kept writing"
         frames = collector.frames  # asking the actors has actor 0 restored; it goes on
+        assert [actor["restarts"] for actor in collector.stats()["collectors"]] == [1, 0]
         deadline = time.monotonic() + 30
         while collector.frames < frames + 400 and time.monotonic() < deadline:
             time.sleep(0.01)
