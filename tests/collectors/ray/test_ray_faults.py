@@ -153,6 +153,9 @@ def test_a_restarted_actor_goes_on_filling_the_buffer_while_the_other_keeps_coll
         written = rb.write_count
         # Ray brings actor 0 back meanwhile; the collector has not restored it yet.
         assert wait_restarted_by_ray(actor_handles(collector)[0], pid)["restored"] is False
+        deadline = time.monotonic() + 30
+        while rb.write_count == written and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert rb.write_count > written, "actor 1 kept writing"
         frames = collector.frames  # asking the actors has actor 0 restored; it goes on
         assert [actor["restarts"] for actor in collector.stats()["collectors"]] == [1, 0]
