@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import multiprocessing
+import multiprocessing.util
 import os
 import pickle
 import select
@@ -22,6 +23,7 @@ import struct
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
@@ -38,6 +40,9 @@ OK = b"\x00"
 ERROR = b"\x01"
 # How often a waiting parent checks that a silent worker is still alive (seconds).
 LIVENESS_INTERVAL = 0.5
+# Where our workers' shutdown runs among multiprocessing's exit finalizers (any value >= 0
+# runs before it joins the children).
+WORKERS_EXIT_PRIORITY = 10
 # Modules every worker process needs; the fork server imports them once, so each worker is
 # forked torch-ready in milliseconds instead of importing torch for seconds. `exits` first: it
 # lets the server end at once when its parent does (see rlcollect.runtime.exits).
@@ -342,6 +347,21 @@ class WorkerHandle:
         self.connection.close()
         self._lifeline.close()
         process.close()
+
+
+def workers_finalizer(
+    owner: object, workers: list[WorkerHandle], close_message: bytes, timeout: float
+) -> weakref.finalize:
+    """`shut_down_workers(workers, ...)` once: when called, when `owner` is garbage, or when
+    the process ends. The end of the process includes multiprocessing's: a process that
+    multiprocessing started (a `spawn` child running a user's function) joins every child
+    that is not a daemon before its `atexit` handlers run, and our workers are not daemons
+    (they may start processes), so they must be told to close before that join, or it waits
+    for them forever."""
+    finalizer = weakref.finalize(owner, shut_down_workers, workers, close_message, timeout)
+    # Run by multiprocessing's exit function before it joins the children (priority >= 0).
+    multiprocessing.util.Finalize(owner, finalizer, exitpriority=WORKERS_EXIT_PRIORITY)
+    return finalizer
 
 
 def shut_down_workers(workers: list[WorkerHandle], close_message: bytes, timeout: float) -> None:

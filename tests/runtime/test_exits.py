@@ -14,6 +14,7 @@ import pytest
 
 from rlcollect.runtime import exits
 from rlcollect.runtime.processes import OK, WorkerHandle, worker_context
+from tests.conftest import processes_gone
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 # An atexit handler registered before the hook runs after it (last in, first out): it sees
@@ -74,3 +75,51 @@ def test_the_fork_server_arms_its_prompt_exit_and_its_workers_do_not_pass_for_on
     assert loaded_by_server, "the fork server did not arm its prompt exit"
     assert not in_preload, "a worker took itself for the fork server"
     assert not exits.LOADED_BY_FORK_SERVER, "this process took itself for a fork server"
+
+
+# A user's function run in a `spawn` child that leaves its collector running when it returns
+# (an assertion failed before `shutdown()`, as in TorchRL's threading test), and the script
+# that runs it. The child reports its workers' pids before it returns.
+LEFT_RUNNING = """
+import multiprocessing, sys
+
+
+def leave_a_collector_running(pids):
+    from rlcollect.collectors import MultiSyncCollector
+    from rlcollect.envs import GymEnv
+
+    collector = MultiSyncCollector(
+        [lambda: GymEnv("CartPole-v1")] * 2, None, frames_per_batch=8, total_frames=-1
+    )
+    next(iter(collector))
+    pids.put(collector.process_ids())
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    pids = context.Queue()
+    child = context.Process(target=leave_a_collector_running, args=(pids,))
+    child.start()
+    workers = pids.get(timeout=120)
+    child.join(60)
+    print(child.exitcode, " ".join(map(str, workers)), flush=True)
+    if child.is_alive():
+        child.kill()
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_a_spawn_child_that_leaves_a_collector_running_still_exits(tmp_path: Path) -> None:
+    """multiprocessing's own exit in a child it started joins every child that is not a daemon
+    before `atexit` handlers run; our workers are not daemons, so they are told to close
+    first (`workers_finalizer`), else the child waits for them forever."""
+    script = tmp_path / "left_running.py"
+    script.write_text(LEFT_RUNNING)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=200
+    )
+    exitcode, *workers = done.stdout.split()
+    assert exitcode == "0", f"the child did not end by itself: {done.stderr[-3000:]}"
+    assert len(workers) == 2
+    assert processes_gone([int(pid) for pid in workers], 10.0)

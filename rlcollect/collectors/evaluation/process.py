@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -46,7 +45,13 @@ from rlcollect.collectors.weights.schemes import (
     check_schemes,
 )
 from rlcollect.errors import WorkerError, WorkerRaisedError
-from rlcollect.runtime.processes import WorkerHandle, encode, shut_down_workers, worker_context
+from rlcollect.runtime.processes import (
+    WorkerHandle,
+    encode,
+    shut_down_workers,
+    worker_context,
+    workers_finalizer,
+)
 
 # Seconds a worker gets to close its env before it is terminated.
 CLOSE_TIMEOUT = 10.0
@@ -97,8 +102,8 @@ class ProcessBackend:
         self._busy = False
         self._closed = False
         self._handles: list[WorkerHandle] = []
-        self._finalizer = weakref.finalize(
-            self, shut_down_workers, self._handles, encode(EvaluationCommand.CLOSE), CLOSE_TIMEOUT
+        self._finalizer = workers_finalizer(
+            self, self._handles, encode(EvaluationCommand.CLOSE), CLOSE_TIMEOUT
         )
 
     @property

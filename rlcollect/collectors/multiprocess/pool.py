@@ -13,7 +13,6 @@ import multiprocessing.connection
 import pickle
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from rlcollect.runtime.processes import (
     LIVENESS_INTERVAL,
     WorkerHandle,
     encode,
-    shut_down_workers,
+    workers_finalizer,
 )
 
 # Commands whose failure in a healthy worker leaves it (and the collector) usable.
@@ -196,8 +195,8 @@ class WorkerPool:
         # A failure the watchdog found, raised by the next call.
         self.failure: BaseException | None = None
         self._handles: list[WorkerHandle] = []
-        self._finalizer = weakref.finalize(
-            self, shut_down_workers, self._handles, encode(WorkerCommand.CLOSE), CLOSE_TIMEOUT
+        self._finalizer = workers_finalizer(
+            self, self._handles, encode(WorkerCommand.CLOSE), CLOSE_TIMEOUT
         )
         self.slots: list[WorkerSlot] = []
         try:
