@@ -81,7 +81,7 @@ def test_the_fork_server_arms_its_prompt_exit_and_its_workers_do_not_pass_for_on
 # (an assertion failed before `shutdown()`, as in TorchRL's threading test), and the script
 # that runs it. The child reports its workers' pids before it returns.
 LEFT_RUNNING = """
-import multiprocessing, sys
+import multiprocessing
 
 
 def leave_a_collector_running(pids):
