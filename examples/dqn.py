@@ -330,11 +330,14 @@ def learn(
         if frames >= next_log:
             # Paused while evaluating and logging, so the row, the evaluation and the best
             # policy's message all name the same frame count.
+            # The batch in flight may land before the pause holds: the grid steps past the
+            # count the row names, so the next check cannot log that count's cell again.
             with collector.pause():
-                eval_return = evaluation.run_if_due(collector.frames)
+                logged = collector.frames
+                eval_return = evaluation.run_if_due(logged)
                 log_row(collector, replay_buffer, learner, policy, recorder, eval_return)
             # On the log_every grid (a late row does not push the next ones later).
-            next_log += cfg.log_every * ((frames - next_log) // cfg.log_every + 1)
+            next_log += cfg.log_every * ((logged - next_log) // cfg.log_every + 1)
         if recorder.checkpoint_due(frames):
             with collector.pause():
                 recorder.save(collector.frames, checkpoint)
