@@ -374,3 +374,38 @@ def unpack_env_attribute(answer: EnvAttribute, attr: str) -> Any:
     if not found:
         raise AttributeError(value)
     return value
+
+
+WorkerView = Literal["aggregate", "per_worker", "both"]
+WORKER_VIEWS = ("aggregate", "per_worker", "both")
+
+
+def check_worker_view(workers: Any) -> WorkerView:
+    """`stats(workers=...)`'s value, or an error naming the three TorchRL takes."""
+    if workers not in WORKER_VIEWS:
+        raise ValueError(
+            f"workers must be one of 'aggregate', 'per_worker' or 'both', got {workers!r}: "
+            "'aggregate' for the collector's counters, 'per_worker' for each child's as "
+            "'worker_<i>/<name>', 'both' for the two."
+        )
+    return cast(WorkerView, workers)
+
+
+def worker_view(
+    aggregate: Mapping[str, Any], children: Sequence[Mapping[str, Any]], workers: WorkerView
+) -> dict[str, Any]:
+    """A collector's `stats()` in TorchRL's worker views: `aggregate` (its counters, with
+    `"workers"` and `"workers_alive"` as counts) and/or every child's scalars flattened as
+    `"worker_<i>/<name>"` (the child's own counters over its collector's, for loggers that take
+    flat scalars). `children` are the per-child dicts, each with its collector's stats under
+    `"collector"`."""
+    counts = ("workers", "workers_alive")
+    view = dict(aggregate) if workers != "per_worker" else {k: aggregate[k] for k in counts}
+    if workers == "aggregate":
+        return view
+    for index, child in enumerate(children):
+        own = {**child.get("collector", {}), **child}
+        for name, value in own.items():
+            if isinstance(value, numbers.Number | str) or value is None:
+                view[f"worker_{index}/{name}"] = value
+    return view

@@ -168,7 +168,9 @@ def name_our_semaphores() -> str:
 
 def worker_pids(stats: Mapping[str, Any], depth: int) -> list[int]:
     """The pids of a collector's workers `depth` levels down in its `stats()` (1: its own)."""
-    workers = list(stats.get("workers", ()))
+    workers = list(stats.get("per_worker", ()))
     for _ in range(depth - 1):
-        workers = [child for worker in workers for child in worker["collector"].get("workers", ())]
+        workers = [
+            child for worker in workers for child in worker["collector"].get("per_worker", ())
+        ]
     return [int(worker["pid"]) for worker in workers]

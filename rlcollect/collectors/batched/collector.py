@@ -40,6 +40,7 @@ from rlcollect.collectors.batched.probe import Entry, probe_layout
 from rlcollect.collectors.batched.server import ServedPolicy, start_server
 from rlcollect.collectors.batched.slots import SharedSlots
 from rlcollect.collectors.batched.trajectories import CompletedTrajectories
+from rlcollect.collectors.children import WorkerView, check_worker_view, worker_view
 from rlcollect.collectors.multiprocess.async_collector import MultiAsyncCollector
 from rlcollect.collectors.options import BatchOptions, check_int
 from rlcollect.envs.serial import SerialEnv
@@ -473,9 +474,10 @@ class AsyncBatchedCollector(CollectorBase):
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
         self._inner.assign_trajectory_ids(offset, stride)
 
-    def stats(self) -> dict[str, Any]:
-        """The workers' statistics (`MultiAsyncCollector.stats`) with this collector's frames
-        and batches, and the server's (`server_stats()`)."""
+    def stats(self, workers: WorkerView = "aggregate") -> dict[str, Any]:
+        """The workers' statistics (`MultiAsyncCollector.stats`, its `workers` views too) with
+        this collector's frames and batches, and the server's (`server_stats()`)."""
+        view = check_worker_view(workers)
         stats = self._inner.stats()
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
         stats.update(
@@ -486,7 +488,7 @@ class AsyncBatchedCollector(CollectorBase):
             policy_version=self.policy_version,
             server=self.server_stats(),
         )
-        return stats
+        return worker_view(stats, stats["per_worker"], view)
 
     # --- background collection into a replay buffer ----------------------------------------
 

@@ -18,11 +18,14 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.children import (
     CollectorWithChildren,
+    WorkerView,
     check_seed,
+    check_worker_view,
     children_states,
     chosen_children,
     episode_statistics,
     unpack_env_attribute,
+    worker_view,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.worker import SEED_REPLY, WorkerCommand
@@ -307,18 +310,23 @@ class MultiCollectorControl(CollectorWithChildren):
         self.iterations = int(state["iterations"])
         self.policy_version = int(state["policy_version"])
 
-    def stats(self) -> dict[str, Any]:
-        """Frames, batches, frames/s, the policy version and, per worker: its pid, whether it is
-        alive, frames, restarts, policy version, and its own statistics (with its workers',
-        for a worker that has workers). After `async_shutdown()`, those it ended with."""
+    def stats(self, workers: WorkerView = "aggregate") -> dict[str, Any]:
+        """Frames, batches, frames/s, the policy version, episode statistics over the workers,
+        `"workers"` and `"workers_alive"` (counts, as TorchRL's) and, under `"per_worker"`, per
+        worker: its pid, whether it is alive, frames, restarts, policy version, and its own
+        statistics (with its workers', for a worker that has workers). `workers="per_worker"`
+        or `"both"` add each worker's scalars as `"worker_<i>/<name>"` (TorchRL's views).
+        After `async_shutdown()`, those it ended with."""
+        view = check_worker_view(workers)
         if self._final is not None and not self.pool.is_open:
-            return self._final[1]
+            final = self._final[1]
+            return worker_view(final, final["per_worker"], view)
         replies = self.pool.request(self.pool.slots, WorkerCommand.STATS)
         elapsed = time.perf_counter() - self._start_time if self._start_time else 0.0
-        workers = []
+        children = []
         for slot, reply in zip(self.pool.slots, replies, strict=True):
             collector = pickle.loads(reply)
-            workers.append(
+            children.append(
                 {
                     "pid": slot.handle.pid,
                     "alive": self.pool.alive(slot),
@@ -329,7 +337,7 @@ class MultiCollectorControl(CollectorWithChildren):
                     "collector": collector,
                 }
             )
-        return {
+        aggregate = {
             "frames": self.frames,
             "total_frames": self.total_frames,
             "batches": self.iterations,
@@ -337,17 +345,20 @@ class MultiCollectorControl(CollectorWithChildren):
             "requested_frames_per_batch": self.frames_per_batch,
             "frames_per_second": self.frames / elapsed if elapsed > 0 else 0.0,
             "policy_version": self.policy_version,
-            **episode_statistics([worker["collector"] for worker in workers]),
+            **episode_statistics([child["collector"] for child in children]),
             "weight_update_seconds": self.weight_update_seconds,
-            "workers": workers,
+            "workers": len(children),
+            "workers_alive": sum(bool(child["alive"]) for child in children),
+            "per_worker": children,
         }
+        return worker_view(aggregate, children, view)
 
     def process_ids(self) -> list[int]:
         """Every process below this collector: its workers and, recursively, theirs."""
         pids: list[int] = []
 
         def walk(stats: Mapping[str, Any]) -> None:
-            for worker in stats.get("workers", ()):
+            for worker in stats.get("per_worker", ()):
                 pids.append(worker["pid"])
                 walk(worker["collector"])
 

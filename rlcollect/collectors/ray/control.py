@@ -13,11 +13,14 @@ from typing import Any
 
 from rlcollect.collectors.children import (
     CollectorWithChildren,
+    WorkerView,
     check_seed,
+    check_worker_view,
     children_states,
     chosen_children,
     episode_statistics,
     unpack_env_attribute,
+    worker_view,
 )
 from rlcollect.collectors.ray.background import BackgroundWriting
 from rlcollect.collectors.ray.fleet import ActorFleet
@@ -117,12 +120,18 @@ class RayCollectorControl(CollectorWithChildren):
         self.iterations = int(state["iterations"])
         self.policy_version = int(state["policy_version"])
 
-    def stats(self) -> dict[str, Any]:
-        """Frames, batches, frames/s, the policy version, episode statistics over all actors
-        and, per actor: its node, pid, frames, restarts, policy version and collector stats
-        (after `async_shutdown()`, those it ended with)."""
+    def stats(self, workers: WorkerView = "aggregate") -> dict[str, Any]:
+        """Frames, batches, frames/s, the policy version, episode statistics over all actors,
+        `"workers"` / `"workers_alive"` / `"worker_frames"` (TorchRL's counts: an actor Ray
+        restarts is restored before it answers, so every actor counts as alive) and, under
+        `"collectors"`, per actor: its node, pid, frames, restarts, policy version and
+        collector stats. `workers="per_worker"` or `"both"` add each actor's scalars as
+        `"worker_<i>/<name>"` (TorchRL's views). After `async_shutdown()`, those it ended
+        with."""
+        view = check_worker_view(workers)
         if self._final is not None and not self.fleet.is_open:
-            return self._final[1]
+            final = self._final[1]
+            return worker_view(final, final["collectors"], view)
         self._check_open()
         replies = self.fleet.call(self.fleet.slots, "stats", fatal=False)
         frames = self.frames
@@ -138,7 +147,7 @@ class RayCollectorControl(CollectorWithChildren):
             }
             for slot, reply in zip(self.fleet.slots, replies, strict=True)
         ]
-        return {
+        aggregate = {
             "frames": frames,
             "total_frames": self.total_frames,
             "batches": self.iterations,
@@ -148,8 +157,12 @@ class RayCollectorControl(CollectorWithChildren):
             "policy_version": self.policy_version,
             **episode_statistics(replies),
             "weight_update_seconds": self.weight_update_seconds,
+            "workers": len(actors),
+            "workers_alive": len(actors),
+            "worker_frames": sum(actor["frames"] for actor in actors),
             "collectors": actors,
         }
+        return worker_view(aggregate, actors, view)
 
     def process_ids(self) -> list[int]:
         """Every actor's process id, and those of the worker processes below them."""

@@ -240,7 +240,7 @@ def test_a_killed_env_worker_is_reported_or_restarted() -> None:
             check_answers(batch, {0: 0.0})
             check_trajectories(batch)
             ids += batch.get(keys.TRAJ_IDS).unique().tolist()
-        restarts = [worker["restarts"] for worker in collector.stats()["workers"]]
+        restarts = [worker["restarts"] for worker in collector.stats()["per_worker"]]
     assert restarts == [1, 0]
     assert max(ids) > 2**32  # the restarted worker's ids start past its predecessor's
 

@@ -79,7 +79,7 @@ def test_random_worker_kills_lose_nothing_handed_out_and_double_nothing() -> Non
             bias = float(collector.policy_version + 1)
             collector.update_policy_weights_({"module.bias": torch.tensor(bias)})
             biases[collector.policy_version] = bias
-        restarts = sum(worker["restarts"] for worker in collector.stats()["workers"])
+        restarts = sum(worker["restarts"] for worker in collector.stats()["per_worker"])
     finally:
         killer.halt.set()
         killer.join()

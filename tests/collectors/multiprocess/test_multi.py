@@ -239,7 +239,7 @@ def test_init_random_frames_are_shared_out() -> None:
     ) as collector:
         stats = collector.stats()
         batches = list(collector)
-    assert stats["workers"][0]["collector"]["frames"] == 0
+    assert stats["per_worker"][0]["collector"]["frames"] == 0
     assert len(batches) == 3
 
 
@@ -273,10 +273,10 @@ def test_stats_count_frames_per_worker() -> None:
     assert stats["frames"] == 16
     assert stats["batches"] == 2
     assert stats["completed"]
-    assert [worker["frames"] for worker in stats["workers"]] == [8, 8]
-    assert all(worker["alive"] and worker["restarts"] == 0 for worker in stats["workers"])
-    assert stats["workers"][0]["collector"]["episodes"] == 2
-    assert stats["workers"][0]["collector"]["mean_length_last_100"] == 4.0
+    assert [worker["frames"] for worker in stats["per_worker"]] == [8, 8]
+    assert all(worker["alive"] and worker["restarts"] == 0 for worker in stats["per_worker"])
+    assert stats["per_worker"][0]["collector"]["episodes"] == 2
+    assert stats["per_worker"][0]["collector"]["mean_length_last_100"] == 4.0
     assert stats["mean_length_last_100"] == 4.0  # over the workers
     assert math.isnan(stats["weight_update_seconds"])  # no update yet
 

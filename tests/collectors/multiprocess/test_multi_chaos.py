@@ -108,7 +108,7 @@ def test_a_worker_killed_after_its_commit_in_the_background_is_counted(tmp_path:
     collector.start()
     wait_until(lambda: marker.exists() and buffer.write_count >= 2000)
     collector.async_shutdown()
-    assert sum(worker["restarts"] for worker in collector.stats()["workers"]) == 1
+    assert sum(worker["restarts"] for worker in collector.stats()["per_worker"]) == 1
     assert_buffer_matches(buffer, collector.frames)
     buffer.close()
 
@@ -181,8 +181,8 @@ def test_restart_dead_workers_reaches_a_killed_grandchild(tmp_path: Path) -> Non
     os.kill(grandchild, signal.SIGKILL)
 
     def restarted() -> bool:
-        child = collector.stats()["workers"][1]["collector"]
-        return child["workers"][1]["restarts"] == 1
+        child = collector.stats()["per_worker"][1]["collector"]
+        return child["per_worker"][1]["restarts"] == 1
 
     wait_until(restarted, interval=0.5)
     grandchildren = worker_pids(collector.stats(), depth=2)

@@ -140,7 +140,7 @@ def test_a_worker_restarted_in_the_background_writes_the_rest_of_its_share() -> 
         os.kill(collector.pool.pids[1], signal.SIGKILL)
         # Waiting on the frame count finds the dead worker, restarts and starts it again.
         wait_for(lambda: collector.is_done)
-        assert [worker["restarts"] for worker in collector.stats()["workers"]] == [0, 1]
+        assert [worker["restarts"] for worker in collector.stats()["per_worker"]] == [0, 1]
         collector.async_shutdown()
     # The new worker writes what was left of the share; the one batch the killed worker was
     # writing may be lost or counted in part.

@@ -76,9 +76,9 @@ def test_a_killed_worker_restarts_with_the_current_weights(collector_class: type
         assert gone([old_pid], 5)
         batches = [collector.next() for _ in range(6)]
         stats = collector.stats()
-    assert [worker["restarts"] for worker in stats["workers"]] == [0, 1]
-    assert stats["workers"][1]["pid"] != old_pid
-    assert stats["workers"][1]["alive"]
+    assert [worker["restarts"] for worker in stats["per_worker"]] == [0, 1]
+    assert stats["per_worker"][1]["pid"] != old_pid
+    assert stats["per_worker"][1]["alive"]
     for batch in batches[2:]:  # async: earlier ones may have been in flight before the update
         assert torch.all(batch["action"] == 1.25)
         assert torch.all(batch["next", "policy_version"] == 1)

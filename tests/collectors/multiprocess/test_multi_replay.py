@@ -69,7 +69,7 @@ def test_start_fills_one_shared_buffer_from_every_worker(kind: str, tmp_path: Pa
         assert collector.is_done
     assert buffer.write_count == stats["frames"] == 800
     assert [worker["frames"] for worker in state["workers"]] == [400, 400]
-    assert [worker["frames"] for worker in stats["workers"]] == [400, 400]
+    assert [worker["frames"] for worker in stats["per_worker"]] == [400, 400]
     stored = buffer[torch.arange(len(buffer))]
     assert_every_frame_once(stored)
     trajectories = stored[keys.TRAJ_IDS].unique()

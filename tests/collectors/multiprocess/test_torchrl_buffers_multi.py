@@ -87,7 +87,7 @@ def fill_with_two_workers(builder: str, env_maker: Any, buffer: Any, **options: 
         [env_maker, env_maker], None, replay_buffer=buffer, **options
     )
     try:
-        pids = [worker["pid"] for worker in collector.stats()["workers"]]
+        pids = [worker["pid"] for worker in collector.stats()["per_worker"]]
         assert all(batch is None for batch in collector)
     finally:
         collector.shutdown()

@@ -70,7 +70,7 @@ def test_collect_hooks_set_on_the_parent_run_in_every_worker(
         collector.pre_collect_hook = pre_hook
         collector.post_collect_hook = post_hook
         assert collector.pre_collect_hook is pre_hook
-        pids = sorted(worker["pid"] for worker in collector.stats()["workers"])
+        pids = sorted(worker["pid"] for worker in collector.stats()["per_worker"])
         list(collector)
         with pytest.raises(TypeError, match=r"post_collect_hook must be a callable or None"):
             collector.post_collect_hook = "print"
@@ -79,3 +79,42 @@ def test_collect_hooks_set_on_the_parent_run_in_every_worker(
     written = sorted(path.name for path in tmp_path.iterdir())
     assert written == sorted([f"pre-{pid}" for pid in pids] + [f"post-{pid}-8" for pid in pids])
     assert os.getpid() not in pids
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_stats_counts_workers_and_flattens_them_in_torchrl_views(
+    collector_class: type, no_leftover_children: None
+) -> None:
+    """TorchRL's `stats()` of a multi-process collector (its test-file's
+    `test_multiprocess_collector_stats`): `"workers"` / `"workers_alive"` are counts, and
+    `workers="per_worker"` / `"both"` add each worker's scalars as `"worker_<i>/<name>"`; our
+    per-worker dicts stay under `"per_worker"`, also after `async_shutdown()`."""
+    collector = collector_class([cartpole, cartpole], None, frames_per_batch=16, total_frames=32)
+    try:
+        with pytest.raises(ValueError, match=r"workers must be one of .*got 'bogus'"):
+            collector.stats(workers="bogus")
+        next(iter(collector))
+        stats = collector.stats()
+        assert (stats["workers"], stats["workers_alive"]) == (2, 2)
+        assert stats["frames"] >= 16
+        assert not any(name.startswith("worker_") for name in stats)
+        pids = [worker["pid"] for worker in stats["per_worker"]]
+        both = collector.stats(workers="both")
+        assert both["frames"] == stats["frames"]
+        assert [both[f"worker_{index}/pid"] for index in range(2)] == pids
+        assert sum(both[f"worker_{index}/frames"] for index in range(2)) >= 16
+        assert isinstance(both["worker_0/episodes"], int), "the worker's collector's own counts"
+        assert isinstance(both["worker_0/alive"], bool)
+        per_worker = collector.stats(workers="per_worker")
+        assert "frames" not in per_worker
+        assert "per_worker" not in per_worker
+        assert per_worker["workers"] == 2
+        assert set(per_worker) == {"workers", "workers_alive"} | {
+            name for name in both if name.startswith("worker_")
+        }
+        collector.async_shutdown()  # keeps the final stats, in every view
+        assert collector.stats(workers="both")["worker_1/pid"] == pids[1]
+        assert collector.stats(workers="per_worker")["workers"] == 2
+    finally:
+        collector.shutdown()

@@ -120,7 +120,7 @@ def test_one_update_at_the_top_reaches_every_worker_of_every_actor() -> None:
         leaves = [
             worker["policy_version"]
             for actor in collector.stats()["collectors"]
-            for worker in actor["collector"]["workers"]
+            for worker in actor["collector"]["per_worker"]
         ]
         assert leaves == [1, 1, 1, 1]
         pids = collector.process_ids()

@@ -62,8 +62,8 @@ def test_three_level_cascade_reaches_every_leaf_at_its_next_batch() -> None:
         assert_acted_with(batch, 1.5, 1)
         leaves = [
             leaf["policy_version"]
-            for worker in collector.stats()["workers"]
-            for leaf in worker["collector"]["workers"]
+            for worker in collector.stats()["per_worker"]
+            for leaf in worker["collector"]["per_worker"]
         ]
         assert leaves == [1, 1, 1, 1]
         assert collector.policy_version == 1
