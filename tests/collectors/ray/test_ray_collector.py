@@ -174,9 +174,16 @@ def test_each_actor_takes_its_own_collector_kwargs_and_remote_config() -> None:
     ) as collector:
         (batch,) = list(collector)
         stats = collector.stats()
+        both = collector.stats(workers="both")
+        with pytest.raises(ValueError, match="workers must be one of"):
+            collector.stats(workers="all")
     counts = batch["next", "observation"][..., 0].tolist()
     assert counts == [[1.0, 2.0, 3.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0, 5.0, 1.0]]
     assert [actor["collector"]["frames"] for actor in stats["collectors"]] == [6, 6]
+    # TorchRL's counts and flat per-worker view
+    assert (stats["workers"], stats["workers_alive"], stats["worker_frames"]) == (2, 2, 12)
+    assert [both[f"worker_{index}/frames"] for index in range(2)] == [6, 6]
+    assert both["frames"] == 12
 
 
 def test_an_actor_asking_for_more_than_the_cluster_has_is_named_in_time() -> None:
