@@ -13,7 +13,7 @@ import inspect
 import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 import torch
 from tensordict import TensorDictBase, pad
@@ -377,7 +377,7 @@ def unpack_env_attribute(answer: EnvAttribute, attr: str) -> Any:
 
 
 WorkerView = Literal["aggregate", "per_worker", "both"]
-WORKER_VIEWS = ("aggregate", "per_worker", "both")
+WORKER_VIEWS = get_args(WorkerView)
 
 
 def check_worker_view(workers: Any) -> WorkerView:
