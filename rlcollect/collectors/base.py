@@ -30,6 +30,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.attribute_path import resolve_attribute_path
+from rlcollect.collectors.legacy_updater import check_weight_updater, register
 from rlcollect.collectors.sampling.episode_sampler import (
     EpisodeSampler,
     SampledEpisode,
@@ -158,6 +159,19 @@ class CollectorBase:
     policy_version: int  # updates of the policy weights (or `increment_version()` calls)
     # how long the last update_policy_weights_ took, acknowledgements included (its stats())
     weight_update_seconds: float = float("nan")
+    _weight_updater: Any = None
+    _in_weight_updater: bool = False
+
+    @property
+    def weight_updater(self) -> Any:
+        """TorchRL's legacy `WeightUpdaterBase`, when one was given (`weight_updater=`, or
+        set here: this collector registers with it); `update_policy_weights_` then hands
+        updates to it (see `collectors/legacy_updater.py`). None by default."""
+        return self._weight_updater
+
+    @weight_updater.setter
+    def weight_updater(self, value: Any) -> None:
+        self._weight_updater = register(check_weight_updater(value), self)
 
     # --- weights ----------------------------------------------------------------------------------
 
@@ -202,6 +216,13 @@ class CollectorBase:
             WorkerError / ActorError: a child did not acknowledge within `timeout` seconds
                 (the error names its path, e.g. `worker 1 -> worker 0`) or failed.
         """
+        if self._weight_updater is not None and not self._in_weight_updater:
+            self._update_through_updater(
+                one_weights_source(policy_or_weights, weights, policy),
+                worker_ids,
+                check=(model_id, weights_dict, policy_id),
+            )
+            return
         has_policy, source, models = weights_by_model(
             policy_or_weights, weights, policy, weights_dict, model_id
         )
@@ -210,6 +231,28 @@ class CollectorBase:
             self._update_models(models, worker_ids, timeout)
         if has_policy:
             self._update_weights(source, policy_id, worker_ids, timeout)
+        self.weight_update_seconds = time.perf_counter() - started
+
+    def _update_through_updater(
+        self, source: Any, worker_ids: Any, check: tuple[Any, Any, Any]
+    ) -> None:
+        """Hand an update to the legacy weight updater (TorchRL's path when one is set);
+        `update_policy_weights_` called inside it takes our own path."""
+        model_id, weights_dict, policy_id = check
+        if model_id not in (None, POLICY_MODEL_ID) or weights_dict is not None or policy_id:
+            raise ValueError(
+                "update_policy_weights_ with a weight_updater pushes the policy's weights only "
+                f"(as TorchRL's legacy updater); got model_id={model_id!r}, "
+                f"weights_dict={'given' if weights_dict is not None else None}, "
+                f"policy_id={policy_id!r}. Pass weight_sync_schemes instead of weight_updater "
+                "to update other models."
+            )
+        started = time.perf_counter()
+        self._in_weight_updater = True
+        try:
+            self._weight_updater(policy_or_weights=source, worker_ids=worker_ids)
+        finally:
+            self._in_weight_updater = False
         self.weight_update_seconds = time.perf_counter() - started
 
     def _update_models(

@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import check_options, collector_class_of, resolve_children
+from rlcollect.collectors.legacy_updater import check_weight_updater
 from rlcollect.collectors.multiprocess.control import MultiCollectorControl
 from rlcollect.collectors.multiprocess.ledger import WriteLedger
 from rlcollect.collectors.multiprocess.options import (
@@ -132,8 +133,8 @@ class MultiCollectorBase(MultiCollectorControl):
             worker_timeout=worker_timeout,
             num_sub_threads=num_sub_threads,
             init_fn=init_fn,
-            weight_updater=weight_updater,
         )
+        weight_updater = check_weight_updater(weight_updater)
         self.preemptive_threshold = check_preemptive_threshold(preemptive_threshold)
         # Shared with every worker's collector, which polls it after each env step.
         self.interruptor = SharedInterruptor() if preempts(self.preemptive_threshold) else None
@@ -214,6 +215,12 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
+        if weight_updater is not None:
+            try:
+                self.weight_updater = weight_updater
+            except BaseException:
+                self.shutdown()
+                raise
 
     def _worker_specs(
         self,
@@ -337,7 +344,10 @@ class MultiCollectorBase(MultiCollectorControl):
         worker_ids: int | Sequence[int] | None = None,
     ) -> None:
         """Send validated weights as `version` to the workers and wait for every
-        acknowledgement (what a parent collector's update calls in a worker)."""
+        acknowledgement (what a parent collector's update calls in a worker). With a scheme
+        whose `sync` is False, return once they are sent: the acknowledgements of an update
+        are awaited before the next one is packed, so no worker reads weights being
+        rewritten."""
         self.pool.check_open()
         timeout = check_update_timeout(timeout)
         slots = select_children(self.pool.slots, worker_ids, "worker")
@@ -345,8 +355,13 @@ class MultiCollectorBase(MultiCollectorControl):
         self.policy_version = version
         if not self.scheme.sends_weights:
             return
+        if not self.scheme.sync:
+            self.pool.settle(WorkerCommand.UPDATE_WEIGHTS, timeout)
         payload = pickle.dumps((timeout * CHILD_TIMEOUT_SHARE, self.scheme.pack(weights)))
-        self.pool.request(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload, timeout)
+        if self.scheme.sync:
+            self.pool.request(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload, timeout)
+        else:
+            self.pool.post(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload)
         for slot in slots:
             slot.policy_version = version
 

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from rlcollect.collectors.children import per_child_factories
-from rlcollect.collectors.single.setup import refuse_weight_updater
 
 
 def default_worker_timeout() -> float:
@@ -48,7 +47,6 @@ def check_worker_arguments(
     worker_timeout: Any,
     num_sub_threads: Any,
     init_fn: Any = None,
-    weight_updater: Any = None,
 ) -> list[Callable[[], Any] | None]:
     """The arguments of a multi-process collector that concern its workers, checked; returns
     each worker's policy factory (None where the policy itself is sent).
@@ -69,7 +67,6 @@ def check_worker_arguments(
             f"init_fn must be a callable taking no argument, run first in every worker; "
             f"got {init_fn!r}."
         )
-    refuse_weight_updater(weight_updater)
     return per_child_factories(policy, policy_factory, num_workers, "worker", allow_both=True)
 
 

@@ -305,6 +305,30 @@ class WorkerPool:
             deadline = self.deadline(timeout)
             return [self.await_reply(slot, command, deadline) for slot in slots]
 
+    def post(
+        self,
+        slots: Sequence[WorkerSlot],
+        command: WorkerCommand,
+        argument: int = 0,
+        payload: bytes = b"",
+    ) -> None:
+        """Send `command` to every slot of `slots` without waiting: each answer is read by
+        the next exchange with that worker, or by `settle`."""
+        with self.lock:
+            self.check_open()
+            for slot in slots:
+                slot.send(command, argument, payload)
+
+    def settle(self, command: WorkerCommand, timeout: float | None = None) -> None:
+        """Wait (by `timeout` or the worker timeout) until every worker has answered the
+        `command`s `post` sent it; batches that finish on the way are recorded."""
+        with self.lock:
+            self.check_open()
+            deadline = self.deadline(timeout)
+            for slot in self.slots:
+                if command in slot.pending:
+                    self.await_reply(slot, command, deadline)
+
     def deadline(self, timeout: float | None = None) -> float:
         timeout = self.worker_timeout if timeout is None else timeout
         return float("inf") if timeout is None else time.monotonic() + timeout

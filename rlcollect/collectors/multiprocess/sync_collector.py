@@ -69,8 +69,9 @@ class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
         init_fn: called with no argument first thing in every worker process (TorchRL's,
             e.g. to start a simulator app), before the env and the policy are built.
         worker_idx: this collector's own index, when it runs inside another collector.
-        weight_updater: only None (TorchRL's legacy updater is refused; use
-            `weight_sync_schemes`).
+        weight_updater: TorchRL's legacy `WeightUpdaterBase`, honoured as by `Collector`:
+            it is handed every update; inside it, `update_policy_weights_(weights,
+            worker_ids=i)` reaches worker i through the scheme.
         num_threads: torch threads of this process while the workers run (default
             `max(1, cores - workers)`); shutdown gives back the number it had before.
         num_sub_threads: torch threads of each worker (default 1).

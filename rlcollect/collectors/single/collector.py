@@ -15,6 +15,7 @@ from rlcollect.batch.flags import end_flag_keys
 from rlcollect.batch.next_observations import drop_next_observations
 from rlcollect.collectors.carrier import CarrierLayout
 from rlcollect.collectors.devices import DeviceLike, DeviceSplit
+from rlcollect.collectors.legacy_updater import check_weight_updater
 from rlcollect.collectors.options import (
     BatchOptions,
     CollectHook,
@@ -128,8 +129,9 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             batch goes on from where this one stopped. Not with batches of whole episodes.
         local_init_rb: True, False or None, accepted: a replay buffer's storage is always
             initialised where it is first written (TorchRL 0.14 forces True).
-        weight_updater: TorchRL's legacy updater is refused (only None is accepted); use
-            `update_policy_weights_()`, and `weight_sync_schemes` on collectors with workers.
+        weight_updater: TorchRL's legacy `WeightUpdaterBase` (or a callable building one):
+            the collector registers with it and `update_policy_weights_` hands it every
+            update (see `collectors/legacy_updater.py`); `weight_sync_schemes` are the usual way.
         auto_register_policy_transforms: True appends what a recurrent policy needs and the
             env lacks: on a TorchRL env, TorchRL's `InitTracker` and the policy's state
             primers; on ours, our `InitTracker` (the collector carries the state itself).
@@ -282,9 +284,9 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         check_torchrl_arguments(
             no_cuda_sync=no_cuda_sync,
             local_init_rb=local_init_rb,
-            weight_updater=weight_updater,
             interruptor=interruptor,
         )
+        weight_updater = check_weight_updater(weight_updater)
         self.no_cuda_sync = no_cuda_sync
         self.interruptor = interruptor
         acceleration = PolicyAcceleration.validate(compile_policy, cudagraph_policy)
@@ -373,6 +375,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         self._start_time: float | None = None
         self._frames_at_start = 0
         self._profiler: RolloutProfiler | None = None
+        if weight_updater is not None:
+            try:
+                self.weight_updater = weight_updater
+            except BaseException:
+                self.shutdown()
+                raise
 
     def _build_loop(
         self,

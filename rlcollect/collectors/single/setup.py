@@ -64,21 +64,7 @@ def check_loop_arguments(
             raise TypeError(f"{name} must be True, False or None; got {value!r}.")
 
 
-def refuse_weight_updater(weight_updater: Any) -> None:
-    """TorchRL's legacy `weight_updater`: only None is accepted, pointing to the schemes."""
-    if weight_updater is not None:
-        raise ValueError(
-            f"weight_updater={weight_updater!r} (TorchRL's legacy WeightUpdaterBase) is not "
-            "supported: weights reach a collector through update_policy_weights_(), and a "
-            "multi-process or Ray collector sends them to its workers with "
-            "weight_sync_schemes={'policy': scheme} (e.g. SharedMemWeightSyncScheme()). Drop "
-            "weight_updater, and pass weight_sync_schemes where workers need another scheme."
-        )
-
-
-def check_torchrl_arguments(
-    *, no_cuda_sync: Any, local_init_rb: Any, weight_updater: Any, interruptor: Any
-) -> None:
+def check_torchrl_arguments(*, no_cuda_sync: Any, local_init_rb: Any, interruptor: Any) -> None:
     """TorchRL's arguments about CUDA, buffers and weights: accepted where they mean here
     what they mean in TorchRL, refused (saying what to use) where they cannot."""
     if not isinstance(no_cuda_sync, bool):
@@ -87,7 +73,6 @@ def check_torchrl_arguments(
     # (local_init_rb is forced to True); so does every storage here. Nothing to switch.
     if local_init_rb not in (None, True, False):
         raise TypeError(f"local_init_rb must be True, False or None; got {local_init_rb!r}.")
-    refuse_weight_updater(weight_updater)
     if interruptor is not None and not callable(getattr(interruptor, "collection_stopped", None)):
         raise TypeError(
             "interruptor must have a collection_stopped() method returning True once the "

@@ -18,5 +18,8 @@ The path of one update to a grandchild, file by file:
    the policy it runs and bumps its policy version.
 
 The parent returns only once every child of the tree has acknowledged: after
-`update_policy_weights_` returns, no batch is collected with the old weights.
+`update_policy_weights_` returns, no batch is collected with the old weights. A scheme built
+with `sync=False` (TorchRL's flag) returns once the update is sent; the next update waits for
+its acknowledgements first. TorchRL's legacy `weight_updater` replaces step 1 (see
+`collectors/legacy_updater.py`).
 """

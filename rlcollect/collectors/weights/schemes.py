@@ -1,7 +1,8 @@
 """Weight sync schemes: how new policy weights travel from a collector to its worker processes.
 
 A multi-process collector validates the weights, picks the version, sends one `UPDATE` command
-per worker and waits for every acknowledgement; a scheme only decides how the tensors travel.
+per worker and waits for every acknowledgement (or, with `sync=False`, returns once it has sent
+them); a scheme decides how the tensors travel and whether the sender waits.
 """
 
 from __future__ import annotations
@@ -37,12 +38,19 @@ class WeightSyncScheme(ABC):
           load". The worker copies them into its own policy (never runs on what `unpack`
           returns, which may be shared with the parent), forwards them to its own workers if it
           has any, and only then acknowledges. The sender returns when every worker of the
-          tree has acknowledged.
+          tree has acknowledged, or, when the scheme's `sync` is False (TorchRL's flag), as
+          soon as the update is sent: each worker then loads it before its next batch, and
+          the next update first waits for the acknowledgements of this one, so that no
+          worker reads weights while they are rewritten.
 
     A worker's policy never shares storage with the parent's parameters, whatever the scheme.
     TorchRL's scheme API is accepted too: `from_backend`, `init_on_sender`, and TorchRL's own
     scheme instances in `weight_sync_schemes=` (see `weights/torchrl_schemes.py`).
     """
+
+    # Whether `update_policy_weights_` waits for every worker's acknowledgement (TorchRL's
+    # `sync`); the schemes that send weights take `sync=False`.
+    sync: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -53,12 +61,12 @@ class WeightSyncScheme(ABC):
         """TorchRL's constructor by backend: `"none"` / `"direct"` -> `NoWeightSyncScheme`,
         `"shared"` / `"thread"` -> `SharedMemWeightSyncScheme`, `"process"` /
         `"multiprocessing"` -> `MultiProcessWeightSyncScheme`, `"ray"` ->
-        `RayWeightSyncScheme`; TorchRL's `strategy=`, `sync=True` and `per_worker_weights=`
-        are accepted.
+        `RayWeightSyncScheme`; TorchRL's `strategy=`, `sync=` and `per_worker_weights=`
+        are accepted (`sync=False` by the shared-memory and pipe schemes).
 
         Raises:
             ValueError: `"distributed"` / `"rpc"` (naming the schemes to use instead), an
-                unknown backend, or `sync=False`.
+                unknown backend, or `sync=False` for a scheme that does not take it.
         """
         return torchrl_schemes.scheme_from_backend(SCHEMES, backend, **kwargs)  # type: ignore[no-any-return]
 
@@ -113,11 +121,14 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
     `per_worker_weights` is TorchRL's flag, accepted either way: every worker always holds
     weights of its own here; `update_policy_weights_({0: weights_0, 1: weights_1})` gives
     each its own, and `update_policy_weights_(weights, worker_ids=...)` updates some only.
+    `sync=False` (TorchRL's): an update returns once it is sent, without waiting for the
+    workers to load it (see `WeightSyncScheme`).
     """
 
-    def __init__(self, per_worker_weights: bool = False) -> None:
+    def __init__(self, per_worker_weights: bool = False, sync: bool = True) -> None:
         self._shared: TensorDict | None = None
         self.per_worker_weights = bool(per_worker_weights)
+        self.sync = check_sync(sync)
 
     def connect(self, template: Weights, num_workers: int) -> None:
         if self._shared is not None:
@@ -138,7 +149,7 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker receives the copy through its channel; the sender's side stays here.
-        return {"_shared": None}
+        return {**self.__dict__, "_shared": None}
 
     def pack(self, weights: Weights) -> bytes:
         if self._shared is None:
@@ -155,11 +166,12 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
 class MultiProcessWeightSyncScheme(WeightSyncScheme):
     """Weights travel pickled through each worker's pipe (no shared memory needed).
 
-    `per_worker_weights`: TorchRL's flag, accepted either way (see `SharedMemWeightSyncScheme`).
+    `per_worker_weights` and `sync`: TorchRL's flags (see `SharedMemWeightSyncScheme`).
     """
 
-    def __init__(self, per_worker_weights: bool = False) -> None:
+    def __init__(self, per_worker_weights: bool = False, sync: bool = True) -> None:
         self.per_worker_weights = bool(per_worker_weights)
+        self.sync = check_sync(sync)
 
     def pack(self, weights: Weights) -> bytes:
         return pickle.dumps({name: tensor.cpu() for name, tensor in weights.items()})
@@ -182,6 +194,16 @@ class NoWeightSyncScheme(WeightSyncScheme):
     @property
     def sends_weights(self) -> bool:
         return False
+
+
+def check_sync(sync: Any) -> bool:
+    """TorchRL's `sync` flag: a bool."""
+    if not isinstance(sync, bool):
+        raise TypeError(
+            f"sync must be True (an update waits for every worker) or False (it returns once "
+            f"sent); got {sync!r}."
+        )
+    return sync
 
 
 def check_model_id(argument: str, model_id: Any) -> None:

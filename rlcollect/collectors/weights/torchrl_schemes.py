@@ -3,9 +3,10 @@
 TorchRL (`torchrl.weight_update`) names a scheme by its deployment backend and builds it with
 `WeightSyncScheme.from_backend(backend, **kwargs)`; a TorchRL user also passes TorchRL's scheme
 instances in `weight_sync_schemes=`. Both map onto our schemes, which carry weights the same
-way (shared memory, pipes, Ray's object store, or not at all). Ours always wait for every
-worker's acknowledgement (DESIGN's promise that no batch after an update comes from old
-weights), so TorchRL's `sync=False` is refused; its `strategy` ("tensordict" or
+way (shared memory, pipes, Ray's object store, or not at all). By default an update waits
+for every worker's acknowledgement (DESIGN's promise that no batch after an update comes from
+old weights); TorchRL's `sync=False` is taken by the shared-memory and pipe schemes (the
+update returns once sent) and refused by the others. TorchRL's `strategy` ("tensordict" or
 "state_dict") is how TorchRL packs weights in transit, and ours take both forms from
 `update_policy_weights_` whatever the scheme.
 """
@@ -34,16 +35,16 @@ REFUSED = {
     "rpc": "RPCWeightSyncScheme",
 }
 STRATEGIES = ("tensordict", "state_dict")
-# Our schemes that take TorchRL's `per_worker_weights`.
-PER_WORKER = ("SharedMemWeightSyncScheme", "MultiProcessWeightSyncScheme")
+# Our schemes that take TorchRL's `per_worker_weights` and `sync`.
+WORKER_SCHEMES = ("SharedMemWeightSyncScheme", "MultiProcessWeightSyncScheme")
 
 
 def scheme_from_backend(registry: Registry, backend: Any, **kwargs: Any) -> Any:
     """Our scheme for TorchRL's `backend` name, with TorchRL's keyword arguments checked.
 
     Raises:
-        ValueError: a backend we do not serve (naming ours), `sync=False`, an unknown
-            `strategy`.
+        ValueError: a backend we do not serve (naming ours), `sync=False` for a scheme that
+            does not take it, an unknown `strategy`.
         TypeError: a keyword argument the scheme does not take.
     """
     if backend in REFUSED:
@@ -64,23 +65,24 @@ def scheme_from_backend(registry: Registry, backend: Any, **kwargs: Any) -> Any:
 
 def torchrl_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of our `cls` out of TorchRL's for the same scheme: `strategy`
-    and `sync=True` accepted (they change nothing here), `per_worker_weights` kept where the
-    scheme takes it."""
+    accepted (it changes nothing here), `per_worker_weights` and `sync` kept where the scheme
+    takes them (`sync=True`, the default, accepted by every scheme)."""
     options = dict(options)
     strategy = options.pop("strategy", "tensordict")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}; expected one of {list(STRATEGIES)}.")
-    if options.pop("sync", True) is not True:
+    takes = {"per_worker_weights", "sync"} if cls.__name__ in WORKER_SCHEMES else set()
+    if "sync" not in takes and options.pop("sync", True) is not True:
         raise ValueError(
-            "sync=False is not supported: an update returns once every worker has applied "
-            "the weights, so that no later batch comes from the old ones. Drop sync=False."
+            f"sync=False is not supported by {cls.__name__}: its update returns once every "
+            "worker has applied the weights. SharedMemWeightSyncScheme and "
+            "MultiProcessWeightSyncScheme take sync=False (the update returns once sent)."
         )
-    takes = {"per_worker_weights"} if cls.__name__ in PER_WORKER else set()
     unknown = sorted(set(options) - takes)
     if unknown:
         raise TypeError(
             f"{cls.__name__} takes no argument {unknown}; it accepts strategy=, sync=True"
-            + (" and per_worker_weights=." if takes else ".")
+            + (", sync=False and per_worker_weights=." if takes else ".")
         )
     return options
 
@@ -102,8 +104,8 @@ def from_torchrl_scheme(registry: Registry, scheme: Any) -> Any:
             return scheme_from_backend(registry, backend)
         if cls.__name__ in BACKENDS.values() and cls.__module__.startswith("torchrl."):
             ours = registry[cls.__name__]
-            options: dict[str, Any] = {"sync": getattr(scheme, "sync", True)}
-            if ours.__name__ in PER_WORKER:
+            options: dict[str, Any] = {"sync": bool(getattr(scheme, "sync", True))}
+            if ours.__name__ in WORKER_SCHEMES:
                 options["per_worker_weights"] = bool(getattr(scheme, "per_worker_weights", False))
             return ours(**torchrl_options(ours, options))
     raise ValueError(

@@ -8,10 +8,11 @@ import functools
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect import keys
@@ -189,11 +190,51 @@ def test_policy_with_a_factory_workers_build_theirs_and_start_from_the_policys_w
     assert torch.all(second["action"] == 0.5)
 
 
-def test_weight_updater_is_refused_naming_weight_sync_schemes() -> None:
-    with pytest.raises(ValueError, match=r"weight_updater=.* not supported.*weight_sync_schemes"):
-        MultiSyncCollector(
-            counting_env, num_workers=1, frames_per_batch=8, weight_updater=lambda: None
-        )
+def per_worker_updater(server_weights: Any) -> Any:
+    """A TorchRL legacy updater that reaches each worker through our public update path."""
+    torchrl_collectors = pytest.importorskip("torchrl.collectors")
+
+    class PerWorkerUpdater(torchrl_collectors.WeightUpdaterBase):
+        def __init__(self) -> None:
+            self.synced: list[int] = []
+
+        def _get_server_weights(self) -> Any:
+            return server_weights
+
+        def _maybe_map_weights(self, weights: Any) -> Any:
+            return weights
+
+        def all_worker_ids(self) -> list[int]:
+            return [0, 1]
+
+        def _sync_weights_with_worker(self, worker_id: int, server_weights: Any) -> None:
+            self.synced.append(worker_id)
+            self.collector.update_policy_weights_(server_weights, worker_ids=worker_id)
+
+    return PerWorkerUpdater()
+
+
+def test_weight_updater_is_handed_every_update_and_reaches_workers_through_ours() -> None:
+    trainer = bias_module(1.5)
+    updater = per_worker_updater(TensorDict.from_module(trainer).data)
+    with MultiSyncCollector(
+        PENDULUM, bias_module(0.5), num_workers=2, frames_per_batch=20, weight_updater=updater
+    ) as collector:
+        assert collector.weight_updater is updater
+        assert updater.collector is collector
+        assert torch.all(collector.next()["action"] == 0.5)
+        collector.update_policy_weights_()
+        assert updater.synced == [0, 1]
+        assert torch.all(collector.next()["action"] == 1.5)
+        collector.update_policy_weights_({"module.bias": torch.tensor([-1.0])}, worker_ids=1)
+        assert updater.synced == [0, 1, 1]
+        batch = collector.next()
+        assert torch.all(batch["action"][0] == 1.5)
+        assert torch.all(batch["action"][1] == -1.0)
+        with pytest.raises(ValueError, match=r"weight_updater pushes the policy's weights only"):
+            collector.update_policy_weights_(weights_dict={"policy": trainer})
+    with pytest.raises(TypeError, match=r"weight_updater must be a TorchRL WeightUpdaterBase"):
+        MultiSyncCollector(counting_env, num_workers=1, frames_per_batch=8, weight_updater=42)
 
 
 @pytest.mark.parametrize("cat_results", [None, "stack", 0, -1])

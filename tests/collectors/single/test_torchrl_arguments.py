@@ -11,7 +11,7 @@ from torch._dynamo.eval_frame import OptimizedModule
 
 from rlcollect import Collector, keys
 from rlcollect.envs import GymEnv
-from tests.collectors.policies import greedy_module
+from tests.collectors.policies import bias_module, greedy_module
 from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_both
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
@@ -271,13 +271,45 @@ def test_local_init_rb_of_the_wrong_type_is_refused() -> None:
         Collector("CartPole-v1", frames_per_batch=4, local_init_rb="x")
 
 
-def test_weight_updater_is_refused_naming_weight_sync_schemes() -> None:
-    from torchrl.collectors import VanillaWeightUpdater
+@pytest.mark.parametrize("side", ["ours", "torchrl"])
+def test_weight_updater_is_handed_every_update_as_in_torchrl(side: str) -> None:
+    """TorchRL's legacy `weight_updater=`: the collector registers with it and
+    `update_policy_weights_` hands it the update (here TorchRL's `VanillaWeightUpdater`,
+    which reads the trainer's weights and writes them into the collector's policy)."""
+    policy, trainer = bias_module(0.5), bias_module(1.5)
+    updater = torchrl_collectors.VanillaWeightUpdater(
+        weight_getter=lambda: TensorDict.from_module(trainer).data,
+        policy_weights=TensorDict.from_module(policy).data,
+    )
+    cls = Collector if side == "ours" else torchrl_collectors.Collector
+    env = GymEnv("Pendulum-v1") if side == "ours" else torchrl_envs.GymEnv("Pendulum-v1")
+    collector = cls(env, policy, frames_per_batch=4, total_frames=-1, weight_updater=updater)
+    try:
+        assert collector.weight_updater is updater
+        assert updater.collector is collector
+        assert torch.all(collector.next()["action"] == 0.5)
+        collector.update_policy_weights_()  # the updater reads the trainer's weights
+        assert torch.all(collector.next()["action"] == 1.5)
+        collector.update_policy_weights_(TensorDict.from_module(bias_module(-1.0)).data)
+        assert torch.all(collector.next()["action"] == -1.0)
+        with pytest.raises(ValueError, match=r"model_id"):
+            collector.update_policy_weights_(trainer, model_id="value")
+    finally:
+        collector.shutdown()
 
-    updater = VanillaWeightUpdater(weight_getter=lambda: None, policy_weights=TensorDict())
-    with pytest.raises(ValueError, match=r"weight_updater=.* not supported.*weight_sync_schemes"):
+
+@pytest.mark.parametrize(
+    ("updater", "error", "match"),
+    [
+        (42, TypeError, r"weight_updater must be a TorchRL WeightUpdaterBase .*; got int"),
+        (lambda: None, TypeError, r"callable with no argument that builds one; got NoneType"),
+    ],
+)
+def test_what_is_not_a_weight_updater_is_refused(updater: object, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
         Collector("CartPole-v1", frames_per_batch=4, weight_updater=updater)
     collector = Collector("CartPole-v1", frames_per_batch=4, weight_updater=None)
+    assert collector.weight_updater is None
     collector.shutdown()
 
 

@@ -52,6 +52,22 @@ def test_torchrl_options_and_per_worker_weights_are_taken() -> None:
     assert type(none) is NoWeightSyncScheme
 
 
+@pytest.mark.parametrize("backend", ["shared", "thread", "process", "multiprocessing"])
+def test_sync_false_is_taken_by_the_schemes_that_send_to_workers(backend: str) -> None:
+    theirs = torchrl_weights.WeightSyncScheme.from_backend(backend, sync=False)
+    ours = WeightSyncScheme.from_backend(backend, sync=False)
+    assert type(ours).__name__ == type(theirs).__name__
+    assert ours.sync is False
+    assert theirs.sync is False
+    assert WeightSyncScheme.from_backend(backend).sync is True
+    # TorchRL's instance keeps its flag when it becomes ours.
+    mapped = check_schemes("weight_sync_schemes", {"policy": theirs})["policy"]
+    assert type(mapped) is type(ours)
+    assert mapped.sync is False
+    with pytest.raises(TypeError, match=r"sync must be True .* or False .*; got 'no'"):
+        type(ours)(sync="no")
+
+
 def test_init_on_sender_checks_the_model_id() -> None:
     scheme = MultiProcessWeightSyncScheme()
     assert not scheme.initialized_on_sender
@@ -73,7 +89,11 @@ def test_init_on_sender_checks_the_model_id() -> None:
             lambda: WeightSyncScheme.from_backend("pigeon"),
             r"Unsupported weight-sync backend 'pigeon'",
         ),
-        (lambda: WeightSyncScheme.from_backend("process", sync=False), r"sync=False"),
+        (
+            lambda: WeightSyncScheme.from_backend("ray", sync=False),
+            r"sync=False is not supported by RayWeightSyncScheme.*take sync=False",
+        ),
+        (lambda: WeightSyncScheme.from_backend("none", sync=False), r"sync=False"),
         (lambda: WeightSyncScheme.from_backend("shared", strategy="bytes"), r"strategy='bytes'"),
         (
             lambda: MultiSyncCollector(
@@ -84,13 +104,6 @@ def test_init_on_sender_checks_the_model_id() -> None:
                 weight_sync_schemes={"policy": torchrl_weights.RPCWeightSyncScheme()},
             ),
             r"weight_sync_schemes\['policy'\]: .*'rpc'.*MultiProcessWeightSyncScheme",
-        ),
-        (
-            lambda: check_schemes(
-                "weight_sync_schemes",
-                {"policy": torchrl_weights.SharedMemWeightSyncScheme(sync=False)},
-            ),
-            r"weight_sync_schemes\['policy'\]: sync=False",
         ),
     ],
 )

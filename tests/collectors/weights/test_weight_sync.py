@@ -182,6 +182,36 @@ def test_a_leaf_that_never_acknowledges_is_named_by_path() -> None:
         assert time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize(
+    "scheme", [SharedMemWeightSyncScheme, MultiProcessWeightSyncScheme], ids=lambda s: s.__name__
+)
+def test_sync_false_returns_once_sent_and_the_next_update_waits_for_it(scheme: type) -> None:
+    """TorchRL's `sync=False`: an update returns without waiting for the workers (proven by
+    weights whose loading never returns), every worker loads it before its next batch, and
+    the next update first waits for the earlier one's acknowledgements."""
+    policy = bias_module(0.5)
+    with MultiSyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        weight_sync_schemes={"policy": scheme(sync=False)},
+        track_policy_version=True,
+    ) as collector:
+        assert_acted_with(collector.next(), 0.5, 0)
+        set_bias(policy, 1.5)
+        collector.update_policy_weights_()
+        assert_acted_with(collector.next(), 1.5, 1)
+        set_bias(policy, BiasPolicy.HANG_BIAS)
+        collector.update_policy_weights_(timeout=4.0)  # sent: the workers hang loading it
+        assert collector.policy_version == 2
+        set_bias(policy, 2.5)
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"worker \d failed: .*no answer within"):
+            collector.update_policy_weights_(timeout=4.0)
+        assert time.monotonic() - started < 10
+
+
 class QueueReceiver:
     """A `weight_recv_schemes` receiver: weights put on a queue, read before each batch."""
 
