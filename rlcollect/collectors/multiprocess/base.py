@@ -273,6 +273,13 @@ class MultiCollectorBase(MultiCollectorControl):
     @staticmethod
     def _split_frames(frames_per_batch: Any, num_workers: int) -> list[int]:
         if isinstance(frames_per_batch, list | tuple):
+            if len(frames_per_batch) != num_workers:
+                # TorchRL's wording first: scripts match on it.
+                raise ValueError(
+                    "If `frames_per_batch` is provided as a sequence, it should contain exactly "
+                    f"one value per worker: got {len(frames_per_batch)} values for "
+                    f"num_workers={num_workers}; give one entry per worker, or one int for all."
+                )
             frames = per_child("frames_per_batch", list(frames_per_batch), num_workers)
             for value in frames:
                 validate_frames(value, -1)

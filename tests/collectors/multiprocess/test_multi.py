@@ -252,7 +252,7 @@ def test_init_random_frames_are_shared_out() -> None:
         ({"num_workers": 0}, r"num_workers=0 must be at least 1"),
         ({}, r"num_workers is needed"),
         ({"num_workers": 2, "cat_results": 1}, r"cat_results=1 is not supported"),
-        ({"num_workers": 2, "frames_per_batch": [4]}, r"frames_per_batch is a list of 1 entries"),
+        ({"num_workers": 2, "frames_per_batch": [4]}, r"got 1 values for num_workers=2"),
         ({"num_workers": 2, "max_frames_per_trj": 3}, r"Did you mean 'max_frames_per_traj'"),
         ({"num_workers": 2, "worker_timeout": 0}, r"worker_timeout=0 must be a positive"),
         ({"num_workers": 2, "device": ["cpu"]}, r"device is a list of 1 entries but num_workers=2"),
