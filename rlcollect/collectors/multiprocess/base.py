@@ -140,6 +140,12 @@ class MultiCollectorBase(MultiCollectorControl):
         self.interruptor = SharedInterruptor() if preempts(self.preemptive_threshold) else None
         self.worker_idx = worker_idx
         self._init_fn = init_fn
+        # Whether batches carry a device (TorchRL's rule: `device` or `storing_device` given).
+        self._device_given = any(
+            value is not None
+            for name in ("device", "storing_device")
+            for value in per_child(name, collector_options.get(name), num_workers)
+        )
         check_options(collector_class, collector_options)
         self._options_given = dict(collector_options)
         self.options = BatchOptions.validate(
@@ -337,6 +343,9 @@ class MultiCollectorBase(MultiCollectorControl):
         self.pool.check_open()
 
     def _finish(self, batch: TensorDictBase) -> TensorDictBase:
+        if not self._device_given and batch.device is not None:
+            # No `device` / `storing_device`: no device on the batch, as TorchRL's.
+            batch = batch.clone(recurse=False).clear_device_()
         for process in self.options.pipeline:
             batch = process(batch)
         return batch

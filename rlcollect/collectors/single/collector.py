@@ -467,8 +467,17 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
 
     def _deliver(self) -> TensorDictBase:
         if self.options.store_once_at_delivery:
-            return self._process(self._compact_batch())
-        return self._process(self._raw_batch())
+            return self._process(self._device_as_asked(self._compact_batch()))
+        return self._process(self._device_as_asked(self._raw_batch()))
+
+    def _device_as_asked(self, batch: TensorDictBase) -> TensorDictBase:
+        """`batch` carrying `storing_device` (or `device`) when one was given, and no device
+        otherwise, as TorchRL's batches (its tensors stay where the env wrote them)."""
+        if self.devices.storing_is_explicit or batch.device is None:
+            return batch
+        if self.options.return_same_td:
+            return batch.clear_device_()  # the same batch every time (a view of the rollout)
+        return batch.clone(recurse=False).clear_device_()
 
     def _compact_batch(self) -> TensorDictBase:
         """The batch just collected, compact: each observation copied once from the carrier

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from torchrl.envs import EnvCreator
 from torchrl.envs import GymEnv as TorchRLGymEnv
 
@@ -118,3 +119,27 @@ def test_stats_counts_workers_and_flattens_them_in_torchrl_views(
         assert collector.stats(workers="per_worker")["workers"] == 2
     finally:
         collector.shutdown()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leftover_children")
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+@pytest.mark.parametrize(
+    ("options", "batch_device"),
+    [
+        ({}, None),
+        ({"device": "cpu"}, torch.device("cpu")),
+        ({"storing_device": ["cpu"] * 2}, torch.device("cpu")),
+    ],
+)
+def test_batches_carry_a_device_only_when_one_is_given(
+    collector_class: type, options: dict[str, Any], batch_device: torch.device | None
+) -> None:
+    """Workers on an env with a device (ours, CPU): a batch carries `device` or
+    `storing_device` when given and no device otherwise (TorchRL's MultiSyncCollector and
+    MultiAsyncCollector answer None and cpu here, as its `test_output_device` checks for its
+    `Collector`)."""
+    with collector_class(
+        ["CartPole-v1"] * 2, None, frames_per_batch=8, total_frames=16, **options
+    ) as collector:
+        assert [batch.device for batch in collector] == [batch_device] * 2

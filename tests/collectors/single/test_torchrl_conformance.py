@@ -237,6 +237,26 @@ def test_a_device_less_env_moves_to_the_devices_asked_for(
         assert batch.device == batch_device, collector_class
 
 
+@pytest.mark.parametrize(
+    ("options", "batch_device"),
+    [({}, None), ({"env_device": "cpu"}, None), ({"storing_device": "cpu"}, torch.device("cpu"))],
+)
+def test_batches_carry_a_device_only_when_one_is_given(
+    options: dict, batch_device: torch.device | None
+) -> None:
+    """An env with a device (TorchRL's CountingEnv on CPU): batches carry `storing_device`
+    (or `device`) when one is given and no device otherwise, as TorchRL's collector."""
+    from torchrl.testing.mocking_classes import CountingEnv
+
+    for collector_class in (Collector, TorchRLCollector):
+        collector = collector_class(
+            CountingEnv(device="cpu"), None, frames_per_batch=4, total_frames=4, **options
+        )
+        (batch,) = list(collector)
+        collector.shutdown()
+        assert batch.device == batch_device, collector_class
+
+
 class ActsAndWritesTheReward(torch.nn.Module):
     """Pushes left and writes `("next", "reward")` itself, as TorchRL's `env.rand_step` used
     as a policy does (the env's step then writes the reward it computes)."""
