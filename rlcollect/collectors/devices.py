@@ -66,8 +66,8 @@ class DeviceSplit:
     env: torch.device
     policy: torch.device
     storing: torch.device
-    # Whether `storing_device` or `device` was given: batches then carry that device even
-    # when the env keeps none (a TorchRL env with device=None), as in TorchRL.
+    # Whether `storing_device` or `device` was given (or `env_device` and `policy_device`, the
+    # same one): batches then carry that device, and otherwise none, as in TorchRL.
     storing_is_explicit: bool = field(default=False, compare=False)
     # Whether `policy_device` or `device` was given: the policy then reads TensorDicts on
     # that device even when the env keeps none, as in TorchRL.
@@ -88,6 +88,9 @@ class DeviceSplit:
         env = parse_device(env_device, "env_device") or common or own
         explicit_policy = parse_device(policy_device, "policy_device") or common
         explicit_storing = parse_device(storing_device, "storing_device") or common
+        given_env = parse_device(env_device, "env_device")
+        if explicit_storing is None and given_env is not None and given_env == explicit_policy:
+            explicit_storing = given_env  # TorchRL's rule: the env and policy's shared device
         return cls(
             env=env,
             policy=explicit_policy or env,

@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import check_options, collector_class_of, resolve_children
+from rlcollect.collectors.devices import DeviceSplit
 from rlcollect.collectors.legacy_updater import check_weight_updater
 from rlcollect.collectors.multiprocess.control import MultiCollectorControl
 from rlcollect.collectors.multiprocess.ledger import WriteLedger
@@ -140,11 +141,17 @@ class MultiCollectorBase(MultiCollectorControl):
         self.interruptor = SharedInterruptor() if preempts(self.preemptive_threshold) else None
         self.worker_idx = worker_idx
         self._init_fn = init_fn
-        # Whether batches carry a device (TorchRL's rule: `device` or `storing_device` given).
+        # Whether batches carry a device: as a worker's `Collector` decides it (TorchRL's rule).
+        devices = {
+            name: per_child(name, collector_options.get(name), num_workers)
+            for name in ("device", "env_device", "policy_device", "storing_device")
+        }
         self._device_given = any(
-            value is not None
-            for name in ("device", "storing_device")
-            for value in per_child(name, collector_options.get(name), num_workers)
+            DeviceSplit.resolve(
+                env_own_device=torch.device("cpu"),
+                **{name: values[index] for name, values in devices.items()},
+            ).storing_is_explicit
+            for index in range(num_workers)
         )
         check_options(collector_class, collector_options)
         self._options_given = dict(collector_options)

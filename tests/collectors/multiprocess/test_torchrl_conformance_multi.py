@@ -130,6 +130,8 @@ def test_stats_counts_workers_and_flattens_them_in_torchrl_views(
         ({}, None),
         ({"device": "cpu"}, torch.device("cpu")),
         ({"storing_device": ["cpu"] * 2}, torch.device("cpu")),
+        ({"env_device": "cpu"}, None),
+        ({"env_device": "cpu", "policy_device": "cpu"}, torch.device("cpu")),
     ],
 )
 def test_batches_carry_a_device_only_when_one_is_given(

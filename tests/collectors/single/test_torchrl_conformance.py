@@ -239,13 +239,21 @@ def test_a_device_less_env_moves_to_the_devices_asked_for(
 
 @pytest.mark.parametrize(
     ("options", "batch_device"),
-    [({}, None), ({"env_device": "cpu"}, None), ({"storing_device": "cpu"}, torch.device("cpu"))],
+    [
+        ({}, None),
+        ({"env_device": "cpu"}, None),
+        ({"policy_device": "cpu"}, None),
+        ({"env_device": "cpu", "policy_device": "cpu"}, torch.device("cpu")),
+        ({"device": "cpu"}, torch.device("cpu")),
+        ({"storing_device": "cpu"}, torch.device("cpu")),
+    ],
 )
 def test_batches_carry_a_device_only_when_one_is_given(
     options: dict, batch_device: torch.device | None
 ) -> None:
     """An env with a device (TorchRL's CountingEnv on CPU): batches carry `storing_device`
-    (or `device`) when one is given and no device otherwise, as TorchRL's collector."""
+    (or `device`, or the device `env_device` and `policy_device` share) when one is given and
+    no device otherwise, as TorchRL's collector."""
     from torchrl.testing.mocking_classes import CountingEnv
 
     for collector_class in (Collector, TorchRLCollector):
