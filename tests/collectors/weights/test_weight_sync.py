@@ -212,6 +212,38 @@ def test_sync_false_returns_once_sent_and_the_next_update_waits_for_it(scheme: t
         assert time.monotonic() - started < 10
 
 
+def test_sync_false_in_async_collection_reaches_every_worker_after_its_batch_in_flight() -> None:
+    """With `MultiAsyncCollector` a worker's batch in flight finishes on the old weights and
+    every later batch of that worker comes from the new ones, each batch from one version."""
+    policy = bias_module(0.5)
+    with MultiAsyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)},
+        track_policy_version=True,
+        track_worker_id=True,
+    ) as collector:
+        assert_acted_with(collector.next(), 0.5, 0)
+        set_bias(policy, 1.5)
+        collector.update_policy_weights_()
+        updated: set[int] = set()
+        for _ in range(20):
+            if updated == {0, 1}:
+                break
+            batch = collector.next()
+            worker = int(batch[keys.WORKER_ID].flatten()[0])
+            if worker in updated:  # once a worker has the new weights, it keeps them
+                assert_acted_with(batch, 1.5, 1)
+            elif torch.all(batch[VERSION] == 1):
+                assert_acted_with(batch, 1.5, 1)
+                updated.add(worker)
+            else:
+                assert_acted_with(batch, 0.5, 0)
+        assert updated == {0, 1}
+
+
 class QueueReceiver:
     """A `weight_recv_schemes` receiver: weights put on a queue, read before each batch."""
 
