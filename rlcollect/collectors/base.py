@@ -173,6 +173,17 @@ class CollectorBase:
     def weight_updater(self, value: Any) -> None:
         self._weight_updater = register(check_weight_updater(value), self)
 
+    def _adopt_weight_updater(self, weight_updater: Any) -> None:
+        """Register with `weight_updater=` once the collector is built; a failure shuts the
+        collector down (its workers included) before it is raised."""
+        if weight_updater is None:
+            return
+        try:
+            self.weight_updater = weight_updater
+        except BaseException:
+            self.shutdown()
+            raise
+
     # --- weights ----------------------------------------------------------------------------------
 
     def update_policy_weights_(
@@ -220,7 +231,9 @@ class CollectorBase:
             self._update_through_updater(
                 one_weights_source(policy_or_weights, weights, policy),
                 worker_ids,
-                check=(model_id, weights_dict, policy_id),
+                model_id=model_id,
+                weights_dict=weights_dict,
+                policy_id=policy_id,
             )
             return
         has_policy, source, models = weights_by_model(
@@ -234,11 +247,16 @@ class CollectorBase:
         self.weight_update_seconds = time.perf_counter() - started
 
     def _update_through_updater(
-        self, source: Any, worker_ids: Any, check: tuple[Any, Any, Any]
+        self,
+        source: Any,
+        worker_ids: Any,
+        *,
+        model_id: str | None,
+        weights_dict: Mapping[str, Any] | None,
+        policy_id: str | None,
     ) -> None:
         """Hand an update to the legacy weight updater (TorchRL's path when one is set);
         `update_policy_weights_` called inside it takes our own path."""
-        model_id, weights_dict, policy_id = check
         if model_id not in (None, POLICY_MODEL_ID) or weights_dict is not None or policy_id:
             raise ValueError(
                 "update_policy_weights_ with a weight_updater pushes the policy's weights only "

@@ -228,12 +228,7 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
-        if weight_updater is not None:
-            try:
-                self.weight_updater = weight_updater
-            except BaseException:
-                self.shutdown()
-                raise
+        self._adopt_weight_updater(weight_updater)
 
     def _worker_specs(
         self,

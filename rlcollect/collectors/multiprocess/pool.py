@@ -297,10 +297,9 @@ class WorkerPool:
         """Send `command` to every slot of `slots`, then wait for each answer (by a common
         deadline, `timeout` or the worker timeout)."""
         with self.lock:
-            self.check_open()
+            self.post(slots, command, argument, payload)
             limit = self.worker_timeout if timeout is None else timeout
             for slot in slots:
-                slot.send(command, argument, payload)
                 slot.limit = limit
             deadline = self.deadline(timeout)
             return [self.await_reply(slot, command, deadline) for slot in slots]

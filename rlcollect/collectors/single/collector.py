@@ -375,12 +375,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         self._start_time: float | None = None
         self._frames_at_start = 0
         self._profiler: RolloutProfiler | None = None
-        if weight_updater is not None:
-            try:
-                self.weight_updater = weight_updater
-            except BaseException:
-                self.shutdown()
-                raise
+        self._adopt_weight_updater(weight_updater)
 
     def _build_loop(
         self,
