@@ -21,7 +21,9 @@ Rows:
   "process")`, a policy factory);
 * `torchrl-process`: TorchRL's fastest, `transport="auto"` (process slots straight to a
   server process, a policy factory);
-* `ours-multiasync`: our MultiAsyncCollector, the policy in every worker.
+* `ours-multiasync`: our MultiAsyncCollector, the policy in every worker;
+* `ours-thread-x2`, `ours-process-x2` (pixel case): ours with `concurrent_forwards=2`, two
+  forwards at once in the server.
 
     python benchmarks/batched_inference.py            # full run (about 40 minutes on 2 cores)
     python benchmarks/batched_inference.py --quick    # smoke run (one short round, <= 4 workers)
@@ -62,6 +64,9 @@ IMPLEMENTATIONS = (
     "torchrl-process",
     "ours-multiasync",
 )
+# Ours with two forwards at once in the server (`concurrent_forwards=2`), for the CNN, whose
+# one-frame forwards leave the second core idle.
+CONCURRENT = ("ours-thread-x2", "ours-process-x2")
 # Seconds a measurement may take before it is reported as failed (a hang, not a number).
 MEASURE_TIMEOUT = 600
 RESULTS = Path(__file__).resolve().parent / "results" / "batched_inference.csv"
@@ -72,7 +77,7 @@ LARGE_WIDTH = 1024
 CASES = (
     ("small", (2, 4, 8, 16), IMPLEMENTATIONS),
     ("large", (4, 8), ("ours-thread", "torchrl-shm", "ours-multiasync")),
-    ("pixel", (2, 4, 8, 16), IMPLEMENTATIONS),
+    ("pixel", (2, 4, 8, 16), IMPLEMENTATIONS + CONCURRENT),
 )
 CASE_TITLES = {
     "small": "CartPole, MLP 4-64-64-2",
@@ -140,19 +145,25 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
     process_config = InferenceServerConfig(
         service_backend="process", max_batch_size=workers, timeout=0.001
     )
-    if implementation == "ours-thread":
+    concurrent_forwards = 2 if implementation in CONCURRENT else 1
+    if implementation in ("ours-thread", "ours-thread-x2"):
         from rlcollect.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            [ours] * workers, policy=policy(), server_config=thread_config, **common
+            [ours] * workers,
+            policy=policy(),
+            server_config=thread_config,
+            concurrent_forwards=concurrent_forwards,
+            **common,
         )
-    if implementation == "ours-process":
+    if implementation in ("ours-process", "ours-process-x2"):
         from rlcollect.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
             [ours] * workers,
             policy_factory=policy,
             server_config=process_config,
+            concurrent_forwards=concurrent_forwards,
             **common,
         )
     if implementation == "torchrl-shm":
@@ -187,7 +198,9 @@ def build(implementation: str, workers: int, size: str = "small") -> object:
             frames_per_batch=FRAMES_PER_BATCH // workers,
             total_frames=-1,
         )
-    raise ValueError(f"unknown implementation {implementation!r}; use one of {IMPLEMENTATIONS}.")
+    raise ValueError(
+        f"unknown implementation {implementation!r}; use one of {IMPLEMENTATIONS + CONCURRENT}."
+    )
 
 
 def time_batches(collector: object, seconds: float) -> dict[str, float]:
@@ -296,14 +309,22 @@ def report(best: dict[Key, dict[str, float]], cases: list[Key]) -> None:
             cells = [best.get((size, workers, name), {}).get("fps", float("nan")) for name in names]
             print(f"{workers} | " + " | ".join(f"{value:,.0f}" for value in cells))
         print(
-            "ours-thread / torchrl-shm, ours-process / torchrl-process, ours-thread / multiasync:"
+            "ours-thread / torchrl-shm, ours-process / torchrl-process, ours-thread / multiasync"
+            + (", the same with two concurrent forwards:" if size == "pixel" else ":")
         )
         for workers in dict.fromkeys(case[1] for case in cases if case[0] == size):
-            print(
+            line = (
                 f"  x{workers}: {ratio(best, size, workers, 'ours-thread', 'torchrl-shm'):.2f}x, "
                 f"{ratio(best, size, workers, 'ours-process', 'torchrl-process'):.2f}x, "
                 f"{ratio(best, size, workers, 'ours-thread', 'ours-multiasync'):.2f}x"
             )
+            if size == "pixel":
+                line += (
+                    f"; {ratio(best, size, workers, 'ours-thread-x2', 'torchrl-shm'):.2f}x, "
+                    f"{ratio(best, size, workers, 'ours-process-x2', 'torchrl-process'):.2f}x, "
+                    f"{ratio(best, size, workers, 'ours-thread-x2', 'ours-multiasync'):.2f}x"
+                )
+            print(line)
     rows = [
         {
             "policy": size,
@@ -342,15 +363,15 @@ def plot(best: dict[Key, dict[str, float]], cases: list[Key]) -> None:
                 if (s, n) == (size, name) and (size, workers, name) in best
             ]
             if points:
-                color = f"C{IMPLEMENTATIONS.index(name)}"  # one colour per row, every panel
+                color = f"C{(IMPLEMENTATIONS + CONCURRENT).index(name)}"  # one per row
                 panel.plot(*zip(*points, strict=True), marker="o", label=name, color=color)
         panel.set(xscale="log", yscale="log", xlabel="env workers", title=CASE_TITLES[size])
         panel.set_xticks(sorted({case[1] for case in cases if case[0] == size}))
         panel.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         panel.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
         panel.grid(True, which="both", alpha=0.3)
+        panel.legend(fontsize=8)
     panels[0][0].set_ylabel("frames/s")
-    panels[0][0].legend(fontsize=8)
     figure.suptitle(f"Batched inference, policy on the CPU, {os.cpu_count()} cores")
     figure.tight_layout()
     figure.savefig(PLOT, dpi=110)

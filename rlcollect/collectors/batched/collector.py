@@ -107,6 +107,10 @@ class AsyncBatchedCollector(CollectorBase):
         max_batch_size / min_batch_size / server_timeout: the server's batching (rows of
             envs); or `server_config` (TorchRL's `InferenceServerConfig`, whose
             `service_backend` "thread" or "process" says where the server runs).
+        concurrent_forwards: forwards the server runs at once, each in a thread of its own
+            taking the requests waiting when it is free (ours; default 1). On CPUs, small
+            batches leave cores idle that a second forward uses; the policy must then be safe
+            to call from several threads at once (no state changed in its forward).
         device / device_config: the policy's device (TorchRL's `InferenceDeviceConfig`:
             envs, outputs and batches stay on the CPU here).
         backend / env_backend / policy_backend / env_exchange / transport: TorchRL's
@@ -169,6 +173,7 @@ class AsyncBatchedCollector(CollectorBase):
         max_batch_size: int | None = None,
         min_batch_size: int | None = None,
         server_timeout: float | None = None,
+        concurrent_forwards: int = 1,
         transport: Any = None,
         device: Any = None,
         backend: str | None = None,
@@ -200,7 +205,7 @@ class AsyncBatchedCollector(CollectorBase):
         del verbose  # progress goes to stats()
         check_policy_source(policy, policy_factory)
         batching, server_kind = batching_from(
-            server_config, max_batch_size, min_batch_size, server_timeout
+            server_config, max_batch_size, min_batch_size, server_timeout, concurrent_forwards
         )
         devices = devices_from(device, device_config)
         self.env_backend = env_backend_from(backend, env_backend, policy_backend)

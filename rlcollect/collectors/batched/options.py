@@ -51,13 +51,19 @@ def check_policy_source(policy: Any, policy_factory: Any) -> None:
 
 
 def batching_from(
-    server_config: Any, max_batch_size: Any, min_batch_size: Any, server_timeout: Any
+    server_config: Any,
+    max_batch_size: Any,
+    min_batch_size: Any,
+    server_timeout: Any,
+    concurrent_forwards: Any = 1,
 ) -> tuple[Batching, ServerBackend]:
-    """The batch bounds and the server backend, from `server_config` or the loose arguments.
+    """The batch bounds and the server backend, from `server_config` or the loose arguments;
+    `concurrent_forwards` (ours, not in TorchRL's config) goes with either.
 
     Raises:
         ValueError: `server_config` with a loose argument, bounds that are not positive or
-            a minimum above the maximum, or an unknown backend.
+            a minimum above the maximum, fewer than one concurrent forward, or an unknown
+            backend.
     """
     loose = {
         "max_batch_size": max_batch_size,
@@ -86,7 +92,13 @@ def batching_from(
         ),
         min_batch_size=check_int("min_batch_size", 1 if min_batch_size is None else min_batch_size),
         timeout=float(0.01 if server_timeout is None else server_timeout),
+        concurrent_forwards=check_int("concurrent_forwards", concurrent_forwards),
     )
+    if batching.concurrent_forwards < 1:
+        raise ValueError(
+            f"concurrent_forwards={batching.concurrent_forwards} must be at least 1 (one "
+            "forward at a time is the default; more run that many forwards at once)."
+        )
     if batching.max_batch_size < 1 or batching.min_batch_size < 1:
         raise ValueError(
             f"max_batch_size={batching.max_batch_size} and min_batch_size="

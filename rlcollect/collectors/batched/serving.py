@@ -5,10 +5,15 @@ The loop reads request records from the request FIFO, holds them until their row
 `max_batch_size` rows at a time, writes the answers and the policy version into the response
 rows and signals each worker. It is the same whether it runs in a thread of the collector's
 process or in a server process of its own (`server.py`).
+
+With `concurrent_forwards` above one, that many threads take turns at the intake (one at a
+time reads the FIFO and picks the next batch) and run their forwards at the same time: on a
+CPU, a small batch's forward leaves cores idle that a second forward can use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
@@ -46,6 +51,7 @@ class Batching:
     max_batch_size: int = 64
     min_batch_size: int = 1
     timeout: float = 0.01
+    concurrent_forwards: int = 1
 
 
 @dataclass
@@ -70,6 +76,32 @@ class ServerStats:
         }
 
 
+class SharedInteraction:
+    """`set_interaction_type` for forwards that may overlap in several threads.
+
+    TensorDict keeps the interaction type per process, not per thread: two overlapping
+    `with set_interaction_type(...)` blocks would restore it under each other's forward. The
+    first forward in sets it and the last one out restores it.
+    """
+
+    def __init__(self, kind: Any) -> None:
+        self._context = set_interaction_type(kind)
+        self._lock = threading.Lock()
+        self._inside = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._inside == 0:
+                self._context.__enter__()
+            self._inside += 1
+
+    def __exit__(self, *error: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._context.__exit__(None, None, None)
+
+
 class PolicyCall:
     """`policy` on a batch of request rows, returning the response entries it produced.
 
@@ -90,6 +122,7 @@ class PolicyCall:
         self.response_keys = response_keys
         self.device = device
         self.exploration_type = exploration_type
+        self._interaction = SharedInteraction(exploration_type)
         self._direct = (
             isinstance(policy, TensorDictModule)
             and type(policy).forward is TensorDictModule.forward
@@ -100,7 +133,7 @@ class PolicyCall:
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.device is not None:
             inputs = [tensor.to(self.device, non_blocking=True) for tensor in inputs]
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
+        with torch.no_grad(), self._interaction:
             if self._direct:
                 module = self.policy.module
                 outputs = module(*inputs[: len(self.policy.in_keys)])
@@ -136,8 +169,11 @@ class ServingLoop:
         self.batching = batching
         self.policy_version = policy_version
         self.stats = ServerStats()
-        # Held around each forward: weights change only between two.
-        self.lock = threading.Lock()
+        # One per serving thread, held around its forwards: weights change only while every
+        # one is free. The intake lock is held by the thread picking the next batch.
+        self._forward_locks = [threading.Lock() for _ in range(batching.concurrent_forwards)]
+        self._intake = threading.Lock()
+        self._thread_errors: list[BaseException] = []
         tables = layout.map()
         self._block = tables.block
         self._requests = [tables.requests.get(field.key) for field in layout.requests]
@@ -178,16 +214,32 @@ class ServingLoop:
 
     # --- serving ----------------------------------------------------------------------------
 
-    def serve_pending(self) -> None:
-        """Answer the pending requests, in forwards of at most `max_batch_size` rows."""
-        if self._pending and self.batching.min_batch_size > 1:
-            self._fill_to_minimum()
-        per_worker = self.layout.envs_per_worker
-        workers_per_forward = max(1, self.batching.max_batch_size // per_worker)
-        while self._pending:
-            chosen = self._pending[:workers_per_forward]
-            del self._pending[:workers_per_forward]
-            self._serve(chosen)
+    def next_batch(
+        self, poller: select.poll, on_control: Callable[[], bool] | None
+    ) -> list[tuple[int, int]] | None:
+        """The next requests to answer together (None once stopping with none waiting): waits
+        for one, takes every request already waiting, waits for `min_batch_size` rows if
+        asked, and picks at most `max_batch_size` rows. Call with the intake lock held."""
+        while True:
+            if not self._stopping:
+                for fd, _ in poller.poll(0 if self._pending else None):
+                    if fd == self.request_fd:
+                        self.take_requests()
+                    elif on_control is not None and not on_control():
+                        self._stopping = True
+            if self._pending:
+                if self.batching.min_batch_size > 1:
+                    self._fill_to_minimum()
+                per_worker = self.layout.envs_per_worker
+                workers_per_forward = max(1, self.batching.max_batch_size // per_worker)
+                chosen = self._pending[:workers_per_forward]
+                del self._pending[:workers_per_forward]
+                self.stats.requests += len(chosen)
+                self.stats.batches += 1
+                self.stats.rows += len(chosen) * per_worker
+                return chosen
+            if self._stopping:
+                return None
 
     def _rows(self, workers: tuple[int, ...]) -> slice | torch.Tensor:
         """The rows of `workers` (sorted): a slice when they are consecutive (the policy then
@@ -204,21 +256,18 @@ class ServingLoop:
                 self._indices[workers] = rows
         return rows
 
-    def _serve(self, chosen: list[tuple[int, int]]) -> None:
+    def _serve(self, chosen: list[tuple[int, int]], thread: int = 0) -> None:
         chosen.sort()
         rows = self._rows(tuple(worker for worker, _ in chosen))
         status = ANSWERED
         try:
-            with self.lock:
+            with self._forward_locks[thread]:
                 self._forward(rows)
         except Exception as err:  # the workers are told; the collector raises it
             status = FAILED
             self.stats.failure = (
                 f"the policy raised {type(err).__name__}: {err}\n{traceback.format_exc()}"
             )
-        self.stats.requests += len(chosen)
-        self.stats.batches += 1
-        self.stats.rows += len(chosen) * self.layout.envs_per_worker
         for worker, tag in chosen:
             self.answer(worker, tag, status)
 
@@ -248,19 +297,51 @@ class ServingLoop:
 
     def run(self, on_control: Callable[[], bool] | None = None, control_fd: int = -1) -> None:
         """Serve until a stop record arrives (or `on_control`, called when `control_fd` is
-        readable, returns False)."""
+        readable, returns False), in `concurrent_forwards` threads (this one and helpers).
+
+        Raises:
+            BaseException: what broke a serving thread (not the policy: its errors go to the
+                workers it was answering), once every thread has stopped.
+        """
         poller = select.poll()
         poller.register(self.request_fd, select.POLLIN)
         if control_fd >= 0:
             poller.register(control_fd, select.POLLIN)
-        while not self._stopping:
-            for fd, _ in poller.poll():
-                if fd == self.request_fd:
-                    self.take_requests()
-                    self.serve_pending()
-                elif on_control is not None and not on_control():
-                    return
+        helpers = [
+            threading.Thread(
+                target=self._serve_turns,
+                args=(poller, on_control, thread),
+                name=f"rlcollect-inference-forward-{thread}",
+                daemon=True,
+            )
+            for thread in range(1, len(self._forward_locks))
+        ]
+        for helper in helpers:
+            helper.start()
+        self._serve_turns(poller, on_control, 0)
+        for helper in helpers:
+            helper.join()
         self.fail_all_waiting()
+        if self._thread_errors:
+            raise self._thread_errors[0]
+
+    def _serve_turns(
+        self, poller: select.poll, on_control: Callable[[], bool] | None, thread: int
+    ) -> None:
+        """One serving thread: take a batch at the intake, answer it, again until stopping.
+        A thread that breaks stops the others (a stop record wakes the one at the intake)."""
+        try:
+            while True:
+                with self._intake:
+                    chosen = self.next_batch(poller, on_control)
+                if chosen is None:
+                    return
+                self._serve(chosen, thread)
+        except BaseException as err:
+            self._thread_errors.append(err)
+            self._stopping = True
+            if len(self._forward_locks) > 1:
+                stop_loop(self.layout)
 
     def close(self) -> None:
         """Close the FIFOs and drop this process's mapping of the slots."""
@@ -280,7 +361,9 @@ class ServingLoop:
         """
         target = TensorDict.from_module(self.call.policy)
         check_weights(target, weights)
-        with self.lock, torch.no_grad():
+        with contextlib.ExitStack() as held, torch.no_grad():
+            for lock in self._forward_locks:
+                held.enter_context(lock)
             target.update_(weights)
             self.policy_version = version
 

@@ -3,8 +3,12 @@ the observation it was asked about, so an answer routed to the wrong worker show
 
 from __future__ import annotations
 
+import threading
+import time
+
 import torch
 from tensordict.nn import TensorDictModule
+from tensordict.nn.probabilistic import interaction_type
 from torch import nn
 
 from rlcollect.testing.counting import CountingEnv
@@ -36,4 +40,42 @@ class EchoPolicy(nn.Module):
 def echo_module(bias: float = 0.0, fail_at: float | None = None) -> TensorDictModule:
     return TensorDictModule(
         EchoPolicy(bias, fail_at), in_keys=["observation"], out_keys=["action", "echo"]
+    )
+
+
+class OverlapRecord:
+    """What `SlowEchoPolicy` forwards saw, in this process: how many ran at once at most, and
+    any that found the interaction type changed under it."""
+
+    lock = threading.Lock()
+    running = 0
+    most_at_once = 0
+    changed: list[str] = []
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.running, cls.most_at_once, cls.changed = 0, 0, []
+
+
+class SlowEchoPolicy(EchoPolicy):
+    """`EchoPolicy` whose forward sleeps (releasing the GIL, as a conv does) and records in
+    `OverlapRecord` how many forwards overlap and whether the interaction type held."""
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with OverlapRecord.lock:
+            OverlapRecord.running += 1
+            OverlapRecord.most_at_once = max(OverlapRecord.most_at_once, OverlapRecord.running)
+        before = interaction_type()
+        time.sleep(0.004)
+        after = interaction_type()
+        if before != after:
+            OverlapRecord.changed.append(f"{before} -> {after}")
+        with OverlapRecord.lock:
+            OverlapRecord.running -= 1
+        return super().forward(observation)
+
+
+def slow_echo_module(bias: float = 0.0) -> TensorDictModule:
+    return TensorDictModule(
+        SlowEchoPolicy(bias), in_keys=["observation"], out_keys=["action", "echo"]
     )

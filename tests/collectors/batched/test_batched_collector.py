@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import InteractionType
 
 from rlcollect import keys
 from rlcollect.collectors import AsyncBatchedCollector
@@ -19,7 +21,13 @@ from rlcollect.collectors.batched import InferenceServerError
 from rlcollect.errors import WorkerError
 from rlcollect.replay import LazyTensorStorage, ReplayBuffer
 from rlcollect.testing.counting import CountingEnv
-from tests.collectors.batched.batched_parts import LENGTHS, counting_env, echo_module
+from tests.collectors.batched.batched_parts import (
+    LENGTHS,
+    OverlapRecord,
+    counting_env,
+    echo_module,
+    slow_echo_module,
+)
 from tests.conftest import processes_gone
 
 pytestmark = [
@@ -135,6 +143,58 @@ def test_weight_updates_are_acknowledged_and_each_frame_names_its_version() -> N
         check_answers(batch, {1: 1.0, 2: 2.0})
         with pytest.raises(ValueError, match=r"do not fit the served policy: missing"):
             collector.update_policy_weights_({"module.weight": torch.tensor(2.0)})
+
+
+@pytest.mark.parametrize("concurrent_forwards", [1, 2])
+def test_concurrent_forwards_overlap_and_every_answer_is_its_own(concurrent_forwards: int) -> None:
+    OverlapRecord.reset()
+    policy = slow_echo_module(0.0)
+    with AsyncBatchedCollector(
+        makers(4),
+        policy=policy,
+        frames_per_batch=40,
+        transition_chunk_size=10,
+        max_batch_size=1,
+        concurrent_forwards=concurrent_forwards,
+        exploration_type=InteractionType.DETERMINISTIC,
+    ) as collector:
+        check_answers(collector.next(), {0: 0.0})
+        with torch.no_grad():
+            policy.module.bias.fill_(1.0)
+        collector.update_policy_weights_()  # waits until no forward runs
+        for _ in range(3):
+            batch = collector.next()
+            check_answers(batch, {0: 0.0, 1: 1.0})
+            check_trajectories(batch)
+        stats = collector.server_stats()
+    # One row per forward, and as many forwards at once as asked (4 workers keep 2 busy).
+    assert stats["avg_batch_size"] == 1.0
+    assert OverlapRecord.most_at_once == concurrent_forwards
+    # Each forward ran under the collector's interaction type from start to end.
+    assert OverlapRecord.changed == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("rlcollect-inference")]
+
+
+def test_a_server_process_runs_concurrent_forwards_and_takes_weights() -> None:
+    from torchrl.modules.inference_server import InferenceServerConfig
+
+    with AsyncBatchedCollector(
+        makers(4),
+        policy_factory=functools.partial(slow_echo_module, 0.5),
+        frames_per_batch=40,
+        transition_chunk_size=10,
+        concurrent_forwards=2,
+        server_config=InferenceServerConfig(service_backend="process", max_batch_size=1),
+    ) as collector:
+        server_pid = collector._server.pid
+        check_answers(collector.next(), {0: 0.5})
+        collector.update_policy_weights_(echo_module(2.0))  # the command meets running forwards
+        for _ in range(3):
+            check_answers(collector.next(), {0: 0.5, 1: 2.0})
+        stats = collector.server_stats()
+    assert stats["policy_version"] == 1
+    assert stats["avg_batch_size"] == 1.0
+    assert processes_gone([server_pid], 5)
 
 
 @pytest.fixture
@@ -277,6 +337,7 @@ def test_a_killed_server_process_is_reported_and_nothing_is_left() -> None:
         ({"max_batch_size": 2, "server_config": object()}, ValueError, "mutually exclusive"),
         ({"env_backend": "ray"}, ValueError, r"env_backend='ray' is not supported"),
         ({"min_batch_size": 9, "max_batch_size": 4}, ValueError, "above max_batch_size=4"),
+        ({"concurrent_forwards": 0}, ValueError, r"concurrent_forwards=0 must be at least 1"),
         ({"transition_chunk_size": 0}, ValueError, "must be at least 1"),
         ({"worker_affinity": [[0]]}, ValueError, "worker_affinity and driver_affinity"),
     ],

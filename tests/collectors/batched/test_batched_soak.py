@@ -47,7 +47,10 @@ class Killer(threading.Thread):
                     pass
 
 
-def test_random_worker_kills_lose_nothing_handed_out_and_double_nothing() -> None:
+@pytest.mark.parametrize("concurrent_forwards", [1, 2])
+def test_random_worker_kills_lose_nothing_handed_out_and_double_nothing(
+    concurrent_forwards: int,
+) -> None:
     lengths = (3, 4, 5, 6)
     collector = AsyncBatchedCollector(
         [functools.partial(counting_env, length) for length in lengths],
@@ -55,6 +58,8 @@ def test_random_worker_kills_lose_nothing_handed_out_and_double_nothing() -> Non
         frames_per_batch=40,
         transition_chunk_size=10,
         restart_dead_workers=True,
+        max_batch_size=2,
+        concurrent_forwards=concurrent_forwards,
     )
     killer = Killer(collector, KILL_EVERY)
     steps_of: dict[int, list[int]] = {}
