@@ -42,9 +42,11 @@ from rlcollect.collectors.options import (
     validate_frames,
 )
 from rlcollect.collectors.policy.policy_map import policy_or_map
+from rlcollect.collectors.policy.weights import WeightsLayout
 from rlcollect.collectors.single.collector import Collector
 from rlcollect.collectors.weights.schemes import (
     POLICY_MODEL_ID,
+    MultiProcessWeightSyncScheme,
     NoWeightSyncScheme,
     SharedMemWeightSyncScheme,
     Weights,
@@ -171,9 +173,15 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.num_workers = num_workers
         self.update_at_each_batch = bool(update_at_each_batch)
-        self.weights = SentWeights(policy, factories[0])
+        # With only a factory, the policy is built in the workers alone: its weights' layout
+        # comes from worker 0 when an update first needs it, and the weights travel through
+        # the pipes unless a scheme that lays out a shared copy first is asked for.
+        self._factory_only = policy is None and factories[0] is not None
+        self.weights = SentWeights(
+            policy, factories[0], self._policy_layout if self._factory_only else None
+        )
         self.scheme = self._choose_scheme(weight_sync_schemes)
-        self.scheme.connect(self.weights.template, num_workers)
+        self.scheme.connect(self.weights.template if self.scheme.needs_layout else {}, num_workers)
         self.policy_version = 0
         self._frames = 0
         # Frames each worker committed to the replay buffer (counted by the write's commit).
@@ -308,7 +316,17 @@ class MultiCollectorBase(MultiCollectorControl):
         chosen = checked.get(POLICY_MODEL_ID)
         if chosen is not None:
             return chosen
+        if self._factory_only:
+            return MultiProcessWeightSyncScheme()
         return SharedMemWeightSyncScheme() if self.weights.template else NoWeightSyncScheme()
+
+    def _policy_layout(self) -> WeightsLayout | None:
+        """Worker 0's policy weights layout (None before the workers start)."""
+        pool = getattr(self, "pool", None)
+        if pool is None:
+            return None
+        (reply,) = pool.request(pool.slots[:1], WorkerCommand.POLICY_LAYOUT)
+        return pickle.loads(reply)  # type: ignore[no-any-return]
 
     def _batch_frames(self) -> int:
         """Frames the collector hands out per batch (subclasses: per gathered batch)."""

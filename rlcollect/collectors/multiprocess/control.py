@@ -225,6 +225,11 @@ class MultiCollectorControl(CollectorWithChildren):
     def _policy_model(self) -> Any:
         return self.weights.policy
 
+    def policy_layout(self) -> WeightsLayout:
+        """The names, shapes and dtypes of the workers' policy weights (this collector as a
+        worker of another)."""
+        return {name: (tuple(t.shape), t.dtype) for name, t in self.weights.template.items()}
+
     def model_layout(self, model_id: str) -> WeightsLayout:
         """The layout of the weights of the model `model_id` names in the workers (worker
         0's, asked once per model id; every worker builds the same env).

@@ -13,6 +13,7 @@ are exactly those the workers write. Our own buffers (`rlcollect.replay`) need n
 from __future__ import annotations
 
 import math
+import multiprocessing
 import warnings
 from dataclasses import replace
 from typing import Any
@@ -32,7 +33,9 @@ def prepare_shared_buffer(buffer: Any, spec: WorkerSpec) -> None:
     """Make a TorchRL `buffer` fit to be written by the workers, as TorchRL's collectors do:
     shared (TorchRL's `share()`), and with a lazy storage laid out from a prototype batch of
     `spec`'s collector, then emptied (`write_count` back to 0). A storage built with
-    `shared_init=True` is left for the first worker to lay out. Anything else: untouched."""
+    `shared_init=True`, or one whose workers alone build the policy (a factory, no policy
+    here) and that can be laid out by them, is left for the first worker to lay out.
+    Anything else: untouched."""
     if buffer is None or not is_torchrl_buffer(buffer):
         return
     if not getattr(buffer, "shared", True):
@@ -40,12 +43,30 @@ def prepare_shared_buffer(buffer: Any, spec: WorkerSpec) -> None:
     storage = getattr(buffer, "_storage", None)
     if getattr(storage, "initialized", True) or getattr(storage, "shared_init", False):
         return
+    if spec.policy is None and spec.policy_factory is not None and lays_itself_out(storage):
+        return  # a prototype would build the policy here: the first worker lays it out
     prototype = prototype_batch(spec)
     if spec.collector_kwargs.get("extend_buffer", True):
         buffer.extend(prototype)
     else:  # the workers add step by step: so does the layout
         buffer.add(prototype[..., 0])
     buffer.empty()
+
+
+def lays_itself_out(storage: Any) -> bool:
+    """Turn on the shared-init mode of a TorchRL lazy storage, in which the first process to
+    write lays the storage out (in files every process maps) while the others wait, as
+    TorchRL's collectors do when the policy exists only in their workers. False when the
+    storage has no such mode (it is then laid out here from a prototype batch)."""
+    if not (hasattr(storage, "shared_init") and hasattr(storage, "_make_init_directory")):
+        return False
+    if getattr(storage, "_compilable", False):
+        return False
+    storage.shared_init = True
+    storage._init_lock = multiprocessing.Lock()
+    storage._init_event = multiprocessing.Event()
+    storage._make_init_directory()
+    return True
 
 
 WHOLE_EPISODE_OPTIONS = ("trajs_per_batch", "traj_format", "trajs_per_write", "batch_mode")

@@ -57,6 +57,7 @@ class WorkerCommand(enum.IntEnum):
     UPDATE_MODELS = 16  # weights of models other than the policy, pickled
     MODEL_LAYOUT = 17  # names, shapes and dtypes of a model's weights
     REMOTE = 18  # get_distant_attr / map_fn on the worker's collector, pickled
+    POLICY_LAYOUT = 19  # names, shapes and dtypes of the policy's weights
 
 
 describe_command = command_describer(
@@ -186,6 +187,7 @@ class CollectorServer:
             WorkerCommand.UPDATE_MODELS: self.update_models,
             WorkerCommand.MODEL_LAYOUT: self.model_layout,
             WorkerCommand.REMOTE: self.remote,
+            WorkerCommand.POLICY_LAYOUT: self.policy_layout,
         }
 
     @staticmethod
@@ -260,6 +262,10 @@ class CollectorServer:
             return pickle.dumps((True, self.collector.model_layout(payload.decode())))
         except (KeyError, TypeError, ValueError) as err:
             return pickle.dumps((False, err))
+
+    def policy_layout(self, _: int, __: bytes) -> bytes:
+        """The policy's weights layout, as built here (from a factory: the parent has none)."""
+        return pickle.dumps(self.collector.policy_layout())
 
     def set_seed(self, seed: int, _: bytes) -> bytes:
         """Seed the env and this process's torch generator (random actions, a stochastic

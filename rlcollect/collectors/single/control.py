@@ -119,6 +119,13 @@ class CollectorControl(CollectorBase):
         """
         return weights_layout(resolve_model(self._model_root(), model_id, type(self).__name__))
 
+    def policy_layout(self) -> WeightsLayout:
+        """The names, shapes and dtypes of the policy's weights (empty: random actions, or a
+        policy without weights): what a parent with only a policy factory checks updates
+        against."""
+        module = self.policy.module
+        return weights_layout(module) if isinstance(module, torch.nn.Module) else {}
+
     def _model_root(self) -> Any:
         """What model ids are resolved on: this collector, with `env` the env it was given
         (a TorchRL env, not the wrappers it steps), as in TorchRL's collector."""

@@ -51,6 +51,9 @@ class WeightSyncScheme(ABC):
     # Whether `update_policy_weights_` waits for every worker's acknowledgement (TorchRL's
     # `sync`); the schemes that send weights take `sync=False`.
     sync: bool = True
+    # Whether `connect` lays something out from the template (a collector with only a policy
+    # factory then builds the policy once itself to learn it, before any worker starts).
+    needs_layout: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -124,6 +127,8 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
     `sync=False` (TorchRL's): an update returns once it is sent, without waiting for the
     workers to load it (see `WeightSyncScheme`).
     """
+
+    needs_layout = True
 
     def __init__(self, per_worker_weights: bool = False, sync: bool = True) -> None:
         self._shared: TensorDict | None = None

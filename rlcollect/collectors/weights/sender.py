@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from rlcollect.collectors.policy.weights import (
     Weights,
+    WeightsLayout,
+    layout_template,
     one_policy_weights,
     transient_names,
     validated_weights,
@@ -59,17 +61,43 @@ class SentWeights:
     Args:
         policy: the policy the parent was given (None with random actions or a factory).
         policy_factory: the first child's policy factory, when there is no `policy`.
+        layout_source: with a factory only, asks a child for its policy's weights layout
+            (None while no child runs); the factory is then called here only when no child
+            can answer, so that it builds the policy in the children alone.
     """
 
-    def __init__(self, policy: Any, policy_factory: Callable[[], Any] | None) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        policy_factory: Callable[[], Any] | None,
+        layout_source: Callable[[], WeightsLayout | None] | None = None,
+    ) -> None:
         self.policy = policy
-        self.template = weight_template(policy, policy_factory)
+        self._factory = policy_factory
+        self._layout_source = layout_source
+        # Learned when first needed when there is no policy here (see `template`).
+        self._template: Weights | None = (
+            weight_template(policy, None) if policy is not None or policy_factory is None else None
+        )
         self.transient = transient_names(policy)
         # A copy, so that in-place training of the parent's policy reaches no child before an
         # update sends it.
         self.current: Weights | None = None
         if policy is not None and self.template:
             self.record(self.template)
+
+    @property
+    def template(self) -> Weights:
+        """The names, shapes and dtypes updates are checked against (empty: no weights). With
+        a factory only, a child's layout (tensors on the meta device), or else the factory's
+        policy built here, learned once, at the first need."""
+        if self._template is None:
+            layout = self._layout_source() if self._layout_source is not None else None
+            if layout is not None:
+                self._template = layout_template(layout)
+            else:
+                self._template = weight_template(None, self._factory)
+        return self._template
 
     @property
     def readable(self) -> bool:
@@ -95,7 +123,8 @@ class SentWeights:
                 "this collector runs random actions (policy=None); it has no weights to update."
             )
         if policy_id is not None:
-            held = self.current or self.template
+            # The other policies' weights travel too: real tensors, not a layout.
+            held = self.current or weight_template(self.policy, self._factory)
             return one_policy_weights(self.policy, policy_id, source, held)
         source = self.policy if source is None else source
         if source is None:

@@ -1,0 +1,116 @@
+"""A multi-process collector given only a `policy_factory` builds the policy in its workers
+alone, as TorchRL's does: not once in this process, whether the workers fill a TorchRL replay
+buffer or hand batches back, and updates are still checked here before they are sent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+import rlcollect.collectors
+from rlcollect.collectors.weights.schemes import MultiProcessWeightSyncScheme
+from tests.conftest import processes_gone
+
+torchrl_collectors = pytest.importorskip("torchrl.collectors")
+
+# A shared TorchRL buffer keeps its locks' semaphores for the life of the process (see
+# test_torchrl_buffers_multi.py): the workers are checked to be gone instead of the leak checks.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def pendulum() -> Any:
+    from torchrl.envs import GymEnv
+
+    return GymEnv("Pendulum-v1")
+
+
+class RecordingFactory:
+    """Builds the policy (action = bias, whatever the observation) and appends the pid of the
+    process that called it to a file."""
+
+    def __init__(self, record: Path, bias: float = 0.25) -> None:
+        self.record, self.bias = record, bias
+
+    def __call__(self) -> TensorDictModule:
+        with self.record.open("a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return policy_with_bias(self.bias)
+
+    def pids(self) -> list[int]:
+        return [int(line) for line in self.record.read_text().split()]
+
+
+def policy_with_bias(bias: float) -> TensorDictModule:
+    linear = nn.Linear(3, 1)
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.bias.fill_(bias)
+    return TensorDictModule(linear, in_keys=["observation"], out_keys=["action"])
+
+
+@pytest.mark.parametrize("library", ["rlcollect", "torchrl"])
+def test_workers_alone_build_the_policy_and_lay_out_a_torchrl_buffer(
+    library: str, tmp_path: Path
+) -> None:
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    collectors = rlcollect.collectors if library == "rlcollect" else torchrl_collectors
+    factory = RecordingFactory(tmp_path / "calls")
+    buffer = ReplayBuffer(storage=LazyTensorStorage(400), shared=True)
+    collector = collectors.MultiAsyncCollector(
+        [pendulum, pendulum],
+        policy_factory=factory,
+        replay_buffer=buffer,
+        frames_per_batch=16,
+        total_frames=64,
+    )
+    try:
+        for _ in collector:
+            pass
+    finally:
+        collector.shutdown()
+    pids = factory.pids()
+    assert os.getpid() not in pids
+    assert len(pids) == len(set(pids)) == 2  # once in each worker
+    assert processes_gone(pids, 5)
+    assert len(buffer) >= 64
+    stored = buffer.storage[: len(buffer)]
+    assert torch.allclose(stored["action"], torch.full_like(stored["action"], 0.25))
+
+
+def test_updates_are_checked_against_worker_0s_policy_and_reach_every_worker(
+    tmp_path: Path,
+) -> None:
+    factory = RecordingFactory(tmp_path / "calls")
+    collector = rlcollect.collectors.MultiSyncCollector(
+        [pendulum, pendulum], policy_factory=factory, frames_per_batch=20, total_frames=-1
+    )
+    try:
+        assert isinstance(collector.scheme, MultiProcessWeightSyncScheme)
+        batch = collector.next()
+        assert torch.equal(batch["action"], torch.full_like(batch["action"], 0.25))
+        collector.update_policy_weights_(policy_with_bias(-0.5))
+        batch = collector.next()
+        assert torch.equal(batch["action"], torch.full_like(batch["action"], -0.5))
+        # The plain module's state dict is taken too; what does not fit is refused here.
+        collector.update_policy_weights_({"weight": torch.zeros(1, 3), "bias": torch.ones(1)})
+        batch = collector.next()
+        assert torch.equal(batch["action"], torch.ones_like(batch["action"]))
+        with pytest.raises(ValueError, match=r"missing keys \['module.bias'\]"):
+            collector.update_policy_weights_({"module.weight": torch.zeros(1, 3)})
+        with pytest.raises(ValueError, match=r"shape \(2, 3\)"):
+            collector.update_policy_weights_(
+                {"module.weight": torch.zeros(2, 3), "module.bias": torch.ones(1)}
+            )
+    finally:
+        collector.shutdown()
+    pids = factory.pids()
+    assert os.getpid() not in pids
+    assert len(set(pids)) == 2
+    assert processes_gone(pids, 5)
