@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -46,7 +47,6 @@ from rlcollect.collectors.policy.weights import WeightsLayout
 from rlcollect.collectors.single.collector import Collector
 from rlcollect.collectors.weights.schemes import (
     POLICY_MODEL_ID,
-    MultiProcessWeightSyncScheme,
     NoWeightSyncScheme,
     SharedMemWeightSyncScheme,
     Weights,
@@ -174,14 +174,16 @@ class MultiCollectorBase(MultiCollectorControl):
         self.num_workers = num_workers
         self.update_at_each_batch = bool(update_at_each_batch)
         # With only a factory, the policy is built in the workers alone: its weights' layout
-        # comes from worker 0 when an update first needs it, and the weights travel through
-        # the pipes unless a scheme that lays out a shared copy first is asked for.
+        # comes from worker 0 when an update first needs it, and a scheme that lays out a
+        # shared copy is connected at that first update (its channel then sent to the workers).
         self._factory_only = policy is None and factories[0] is not None
         self.weights = SentWeights(
             policy, factories[0], self._policy_layout if self._factory_only else None
         )
         self.scheme = self._choose_scheme(weight_sync_schemes)
-        self.scheme.connect(self.weights.template if self.scheme.needs_layout else {}, num_workers)
+        self._connect_late = self._factory_only and self.scheme.needs_layout
+        if not self._connect_late:
+            self.scheme.connect(self.weights.template, num_workers)
         self.policy_version = 0
         self._frames = 0
         # Frames each worker committed to the replay buffer (counted by the write's commit).
@@ -316,9 +318,20 @@ class MultiCollectorBase(MultiCollectorControl):
         chosen = checked.get(POLICY_MODEL_ID)
         if chosen is not None:
             return chosen
-        if self._factory_only:
-            return MultiProcessWeightSyncScheme()
+        if self._factory_only:  # weights or not, worker 0 says at the first update
+            return SharedMemWeightSyncScheme()
         return SharedMemWeightSyncScheme() if self.weights.template else NoWeightSyncScheme()
+
+    def _connect_scheme(self, weights: Weights, timeout: float) -> None:
+        """Lay out the scheme's shared copy from the first update's `weights` (checked against
+        worker 0's layout) and hand its channel to every worker, now and at a restart."""
+        self.scheme.connect(weights, self.num_workers)
+        self._connect_late = False
+        for index, spec in enumerate(self.pool.specs):
+            spec.shared["weights"] = self.scheme.channel(index)
+        for slot in self.pool.slots:
+            payload = bytes(ForkingPickler.dumps(self.scheme.channel(slot.index)))
+            self.pool.request([slot], WorkerCommand.WEIGHT_CHANNEL, 0, payload, timeout)
 
     def _policy_layout(self) -> WeightsLayout | None:
         """Worker 0's policy weights layout (None before the workers start)."""
@@ -393,6 +406,8 @@ class MultiCollectorBase(MultiCollectorControl):
             return
         if not self.scheme.sync:
             self.pool.settle(WorkerCommand.UPDATE_WEIGHTS, timeout)
+        if self._connect_late:
+            self._connect_scheme(weights, timeout)
         payload = pickle.dumps((timeout * CHILD_TIMEOUT_SHARE, self.scheme.pack(weights)))
         if self.scheme.sync:
             self.pool.request(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload, timeout)

@@ -58,6 +58,7 @@ class WorkerCommand(enum.IntEnum):
     MODEL_LAYOUT = 17  # names, shapes and dtypes of a model's weights
     REMOTE = 18  # get_distant_attr / map_fn on the worker's collector, pickled
     POLICY_LAYOUT = 19  # names, shapes and dtypes of the policy's weights
+    WEIGHT_CHANNEL = 20  # the weight scheme's channel, laid out after start (pickled)
 
 
 describe_command = command_describer(
@@ -188,6 +189,7 @@ class CollectorServer:
             WorkerCommand.MODEL_LAYOUT: self.model_layout,
             WorkerCommand.REMOTE: self.remote,
             WorkerCommand.POLICY_LAYOUT: self.policy_layout,
+            WorkerCommand.WEIGHT_CHANNEL: self.set_weight_channel,
         }
 
     @staticmethod
@@ -266,6 +268,12 @@ class CollectorServer:
     def policy_layout(self, _: int, __: bytes) -> bytes:
         """The policy's weights layout, as built here (from a factory: the parent has none)."""
         return pickle.dumps(self.collector.policy_layout())
+
+    def set_weight_channel(self, _: int, payload: bytes) -> bytes:
+        """Take the weight scheme's channel (a shared copy the parent laid out at its first
+        update, when only the workers built the policy)."""
+        self.weight_channel = pickle.loads(payload)
+        return b""
 
     def set_seed(self, seed: int, _: bytes) -> bytes:
         """Seed the env and this process's torch generator (random actions, a stochastic

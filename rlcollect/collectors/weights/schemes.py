@@ -27,7 +27,9 @@ class WeightSyncScheme(ABC):
 
     Sender, in the parent:
         - `connect(template, num_workers)` runs once, before any worker starts; `template` holds
-          the policy's weights (names, shapes, dtypes) as a flat state dict.
+          the policy's weights (names, shapes, dtypes) as a flat state dict. A collector given
+          only a policy factory connects a scheme that `needs_layout` at its first update
+          instead, and sends each worker its `channel` then.
         - `channel(worker)` is what that worker is given when it starts. It travels with
           multiprocessing's pickler, so shared-memory tensors arrive as handles, not copies.
         - `pack(weights)` runs once per update with weights already validated against the
@@ -51,8 +53,9 @@ class WeightSyncScheme(ABC):
     # Whether `update_policy_weights_` waits for every worker's acknowledgement (TorchRL's
     # `sync`); the schemes that send weights take `sync=False`.
     sync: bool = True
-    # Whether `connect` lays something out from the template (a collector with only a policy
-    # factory then builds the policy once itself to learn it, before any worker starts).
+    # Whether `connect` lays something out from the template: a collector with only a policy
+    # factory (no weights known before its workers start) then connects at its first update,
+    # with that update's weights, and hands the workers their channels (WEIGHT_CHANNEL).
     needs_layout: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -5,6 +5,7 @@ buffer or hand batches back, and updates are still checked here before they are 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 import rlcollect.collectors
-from rlcollect.collectors.weights.schemes import MultiProcessWeightSyncScheme
+from rlcollect.collectors.weights.schemes import SharedMemWeightSyncScheme
 from tests.conftest import processes_gone
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
@@ -89,10 +90,15 @@ def test_updates_are_checked_against_worker_0s_policy_and_reach_every_worker(
 ) -> None:
     factory = RecordingFactory(tmp_path / "calls")
     collector = rlcollect.collectors.MultiSyncCollector(
-        [pendulum, pendulum], policy_factory=factory, frames_per_batch=20, total_frames=-1
+        [pendulum, pendulum],
+        policy_factory=factory,
+        frames_per_batch=20,
+        total_frames=-1,
+        restart_dead_workers=True,
     )
     try:
-        assert isinstance(collector.scheme, MultiProcessWeightSyncScheme)
+        # The shared copy is laid out at the first update, from weights worker 0 vouched for.
+        assert isinstance(collector.scheme, SharedMemWeightSyncScheme)
         batch = collector.next()
         assert torch.equal(batch["action"], torch.full_like(batch["action"], 0.25))
         collector.update_policy_weights_(policy_with_bias(-0.5))
@@ -108,9 +114,16 @@ def test_updates_are_checked_against_worker_0s_policy_and_reach_every_worker(
             collector.update_policy_weights_(
                 {"module.weight": torch.zeros(2, 3), "module.bias": torch.ones(1)}
             )
+        # A worker started after the shared copy was laid out gets it when it starts.
+        os.kill(collector.pool.pids[1], signal.SIGKILL)
+        batch = collector.next()
+        assert torch.equal(batch["action"], torch.ones_like(batch["action"]))
+        collector.update_policy_weights_(policy_with_bias(0.75))
+        batch = collector.next()
+        assert torch.equal(batch["action"], torch.full_like(batch["action"], 0.75))
     finally:
         collector.shutdown()
     pids = factory.pids()
     assert os.getpid() not in pids
-    assert len(set(pids)) == 2
+    assert len(set(pids)) == 3  # the two workers and the one that replaced worker 1
     assert processes_gone(pids, 5)
