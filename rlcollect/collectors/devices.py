@@ -85,10 +85,10 @@ class DeviceSplit:
     ) -> DeviceSplit:
         common = parse_device(device, "device")
         own = canonical_device(torch.device(env_own_device))
-        env = parse_device(env_device, "env_device") or common or own
+        given_env = parse_device(env_device, "env_device")
+        env = given_env or common or own
         explicit_policy = parse_device(policy_device, "policy_device") or common
         explicit_storing = parse_device(storing_device, "storing_device") or common
-        given_env = parse_device(env_device, "env_device")
         if explicit_storing is None and given_env is not None and given_env == explicit_policy:
             explicit_storing = given_env  # TorchRL's rule: the env and policy's shared device
         return cls(

@@ -121,7 +121,6 @@ class PolicyCall:
         self.request_keys = request_keys
         self.response_keys = response_keys
         self.device = device
-        self.exploration_type = exploration_type
         self._interaction = SharedInteraction(exploration_type)
         self._direct = (
             isinstance(policy, TensorDictModule)

@@ -318,9 +318,10 @@ class MultiCollectorBase(MultiCollectorControl):
         chosen = checked.get(POLICY_MODEL_ID)
         if chosen is not None:
             return chosen
-        if self._factory_only:  # weights or not, worker 0 says at the first update
+        # With only a factory, whether there are weights is worker 0's to say at the first update.
+        if self._factory_only or self.weights.template:
             return SharedMemWeightSyncScheme()
-        return SharedMemWeightSyncScheme() if self.weights.template else NoWeightSyncScheme()
+        return NoWeightSyncScheme()
 
     def _connect_scheme(self, weights: Weights, timeout: float) -> None:
         """Lay out the scheme's shared copy from the first update's `weights` (checked against
