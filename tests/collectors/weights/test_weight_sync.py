@@ -125,17 +125,41 @@ def test_async_batches_each_come_from_one_policy_version() -> None:
     assert len(biases) > 3
 
 
-@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
-def test_update_at_each_batch_sends_the_latest_weights(collector_class: type) -> None:
+def test_update_at_each_batch_sends_the_latest_weights_sync() -> None:
     policy = bias_module(0.5)
-    with collector_class(
+    with MultiSyncCollector(
         PENDULUM, policy, num_workers=2, frames_per_batch=20, update_at_each_batch=True
     ) as collector:
         collector.next()
         set_bias(policy, -0.5)
-        # Async: a worker's batch already in flight may still use the old weights.
         batches = [collector.next() for _ in range(4)]
     assert torch.all(batches[-1]["action"] == -0.5)
+
+
+def test_update_at_each_batch_sends_the_latest_weights_async() -> None:
+    """A worker's batch already in flight may still use the old weights; from its next batch
+    on, every worker acts with the latest ones, whichever worker is faster (on a busy machine
+    one worker may hand over several batches before the other's first)."""
+    policy = bias_module(0.5)
+    with MultiAsyncCollector(
+        PENDULUM,
+        policy,
+        num_workers=2,
+        frames_per_batch=20,
+        update_at_each_batch=True,
+        track_worker_id=True,
+    ) as collector:
+        collector.next()
+        set_bias(policy, -0.5)
+        handed_over = {0: 0, 1: 0}
+        later: list[torch.Tensor] = []
+        while min(handed_over.values()) < 2:
+            batch = collector.next()
+            worker = int(batch[keys.WORKER_ID].flatten()[0])
+            handed_over[worker] += 1
+            if handed_over[worker] >= 2:
+                later.append(batch["action"].clone())
+    assert all(torch.all(actions == -0.5) for actions in later)
 
 
 @pytest.mark.parametrize(
