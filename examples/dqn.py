@@ -43,7 +43,7 @@ from common.evaluation import report_run
 from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
 from common.models import EpsilonGreedy
-from common.off_policy import StallWatch, UpdatePacer
+from common.off_policy import StallWatch, UpdatePacer, next_row_at
 from common.periodic_evaluation import PeriodicEvaluation
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.schedules import LinearLearningRate
@@ -317,7 +317,7 @@ def learn(
     until the collector is done or `stop` is requested (Ctrl-C)."""
     pacer = UpdatePacer(1 / cfg.dqn.frames_per_update, cfg.dqn.learning_starts)
     watch = StallWatch(collector, cfg.dqn.stall_timeout_s)
-    next_log = collector.frames + cfg.log_every
+    next_log = next_row_at(collector.frames, cfg.log_every)
     synced_at = learner.updates
     while not stop.requested:
         # Read "done" before the frame count: once done, `frames` is final and the learner

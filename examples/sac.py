@@ -48,7 +48,13 @@ from common.env_info import probe_env
 from common.evaluation import EVAL_SEED_OFFSET, report_run
 from common.extras import check_extras
 from common.interrupt import StopOnInterrupt
-from common.off_policy import CollectionThrottle, RecentReturns, StallWatch, UpdatePacer
+from common.off_policy import (
+    CollectionThrottle,
+    RecentReturns,
+    StallWatch,
+    UpdatePacer,
+    next_row_at,
+)
 from common.periodic_evaluation import EVAL_RETURN, PeriodicEvaluation
 from common.recorder import WEIGHT_UPDATE, RunRecorder
 from common.video import EvaluationVideo, check_video_config
@@ -354,7 +360,7 @@ def learn(
     video, greedy, evaluation = reporting
     pacer = UpdatePacer(cfg.sac.utd_ratio, cfg.sac.learning_starts)
     watch = StallWatch(collector, cfg.sac.stall_timeout_s)
-    next_log = collector.frames + cfg.log_every
+    next_log = next_row_at(collector.frames, cfg.log_every)
     synced_at = learner.updates
     rows = 0
     while not stop.requested:

@@ -15,6 +15,18 @@ from tensordict import TensorDictBase
 from rlcollect import keys
 
 
+def next_row_at(frames: int, every: int) -> int:
+    """The first point of the `every`-frame logging grid past `frames`. A background collector
+    may have added a batch before the learner first reads its count; reading it off the grid
+    (rather than `frames + every`) puts the rows at the same frames whatever that timing.
+
+    Examples:
+        >>> next_row_at(0, 200), next_row_at(50, 200), next_row_at(800, 200)
+        (200, 200, 1000)
+    """
+    return (frames // every + 1) * every
+
+
 class UpdatePacer:
     """Keeps `updates_per_frame` gradient steps per collected frame (the update-to-data ratio)
     from the moment the buffer holds `learning_starts` items (after a resume too, once the
