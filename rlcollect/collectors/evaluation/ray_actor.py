@@ -26,6 +26,7 @@ from rlcollect.collectors.policy.weights import (
     WeightsLayout,
     flat_weights,
     layout_template,
+    state_layout,
     validated_weights,
 )
 from rlcollect.collectors.ray.fleet import ActorError, remote_traceback
@@ -45,7 +46,7 @@ class EvaluationActor:
 
     def layout(self) -> WeightsLayout:
         """The names, shapes and dtypes of the policy's weights."""
-        return {name: (tuple(t.shape), t.dtype) for name, t in self.runner.policy_state().items()}
+        return state_layout(self.runner.policy_state())
 
     def evaluate(self, weights: dict[str, Weights] | None, step: int) -> dict[str, Any]:
         return self.runner.run(weights, step)

@@ -18,6 +18,7 @@ from typing import Any
 
 from rlcollect.collectors.evaluation.runner import EpisodeRunner
 from rlcollect.collectors.evaluation.settings import EvaluationSettings
+from rlcollect.collectors.policy.weights import state_layout
 from rlcollect.collectors.weights.schemes import POLICY_MODEL_ID, WeightSyncScheme
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
@@ -67,7 +68,7 @@ def run_evaluation_worker(index: int, connection: Connection, spec_bytes: bytes)
     try:
         spec: EvaluationWorkerSpec = pickle.loads(spec_bytes)
         runner = spec.build()
-        layout = {name: (tuple(t.shape), t.dtype) for name, t in runner.policy_state().items()}
+        layout = state_layout(runner.policy_state())
     except BaseException as err:  # sys.exit() in a factory is reported like any error
         connection.send_bytes(error_reply(err, "building the evaluation env and policy"))
         return

@@ -32,6 +32,7 @@ from rlcollect.collectors.multiprocess.worker import SEED_REPLY, WorkerCommand
 from rlcollect.collectors.policy.weights import (
     WeightsLayout,
     layout_template,
+    state_layout,
     validated_weights,
 )
 from rlcollect.collectors.single.profiling import ProfileConfig
@@ -228,7 +229,7 @@ class MultiCollectorControl(CollectorWithChildren):
     def policy_layout(self) -> WeightsLayout:
         """The names, shapes and dtypes of the workers' policy weights (this collector as a
         worker of another)."""
-        return {name: (tuple(t.shape), t.dtype) for name, t in self.weights.template.items()}
+        return state_layout(self.weights.template)
 
     def model_layout(self, model_id: str) -> WeightsLayout:
         """The layout of the weights of the model `model_id` names in the workers (worker

@@ -140,7 +140,12 @@ WeightsLayout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 def weights_layout(module: nn.Module) -> WeightsLayout:
     """The names, shapes and dtypes of a module's weights (what a child reports to its
     parent, so that the parent checks an update before sending it)."""
-    return {name: (tuple(t.shape), t.dtype) for name, t in module.state_dict().items()}
+    return state_layout(module.state_dict())
+
+
+def state_layout(weights: Mapping[str, torch.Tensor]) -> WeightsLayout:
+    """The names, shapes and dtypes of a flat state dict's tensors."""
+    return {name: (tuple(t.shape), t.dtype) for name, t in weights.items()}
 
 
 def layout_template(layout: WeightsLayout) -> Weights:
