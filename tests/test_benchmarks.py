@@ -161,3 +161,39 @@ def test_replay_benchmark_quick_run_prints_the_table() -> None:
     output = run("replay.py", "--quick")
     for row in ("tensor+random", "memmap+random", "tensor+prioritized", "ratio"):
         assert row in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_gpu_benchmark_quick_on_cpu(tmp_path: Path) -> None:
+    """benchmarks/gpu.py's dry run: every case's eager rows measured on the CPU, the CUDA-graph
+    rows marked n/a, the table printed and written with its JSON."""
+    output = run(
+        "gpu.py", *("--device", "cpu", "--quick", "--pixel", "frames", "--out", str(tmp_path))
+    )
+    assert "FAILED" not in output
+    assert "| CartPole-v1 x8 | MLP 4-64-64-2 | rlcollect | no |" in output
+    report = json.loads((tmp_path / "gpu_benchmark.json").read_text())
+    assert report["device"] == "cpu"
+    rows = {(r["env"], r["policy"], r["implementation"], r["cudagraph"]): r for r in report["rows"]}
+    cases = {
+        ("CartPole-v1 x8", "MLP 4-64-64-2"),
+        ("CartPole-v1 x8", "MLP 4-1024x3-2"),
+        ("StackedFrames x8", "Nature CNN"),
+    }
+    implementations = {("hand loop", False), ("rlcollect", False), ("rlcollect", True)}
+    implementations |= {("torchrl", False), ("torchrl", True)}
+    assert set(rows) == {(*case, *row) for case in cases for row in implementations}
+    for row in rows.values():
+        if row["cudagraph"]:
+            assert (row["fps"], row["status"]) == (None, "n/a (no CUDA)")
+        else:
+            assert row["fps"] > 0, row
+            assert row["ratio_hand_loop"] > 0
+            assert row["ratio_torchrl"] > 0
+    table = (tmp_path / "gpu_benchmark.md").read_text()
+    assert (
+        "| env | policy | implementation | cudagraph | frames/s | / hand loop | / TorchRL |"
+        in table
+    )
+    assert table.count("n/a (no CUDA)") == 6
