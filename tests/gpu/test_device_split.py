@@ -29,6 +29,7 @@ from tests.gpu.helpers import (
     needs_cuda,
     pole_angle_module,
 )
+from tests.gpu.process_report import CUDA_ENTRY_POINTS
 
 pytestmark = pytest.mark.timeout(120)
 FRAMES, BATCHES = 50, 10
@@ -152,3 +153,26 @@ def test_each_output_read_back_is_one_sync_and_nothing_else(device: str) -> None
         assert count == 0
     else:
         assert steps * outputs <= count <= steps * outputs + BATCHES, count
+
+
+# --- the CPU side alone ---------------------------------------------------------------------------
+
+
+def test_a_cpu_collector_makes_no_cuda_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built and run on the CPU, a collector calls none of torch.cuda's entry points: a worker
+    forked from a parent that uses CUDA may run it (tests/gpu/test_multiprocess_cuda.py)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a CPU collector called torch.cuda")
+
+    for name in CUDA_ENTRY_POINTS:
+        monkeypatch.setattr(torch.cuda, name, refuse)
+    for options in ({}, {"device": "cpu"}, {"policy_device": "cpu", "storing_device": "cpu"}):
+        env = CountingEnv(episode_length=7, batch_size=(4,))
+        collector = Collector(
+            env, counting_actor_critic(), frames_per_batch=40, total_frames=120, **options
+        )
+        try:
+            assert len(list(collector)) == 3
+        finally:
+            collector.shutdown()
