@@ -1,5 +1,5 @@
-"""What the CUDA tests share: the device parameters, a counter of synchronizing CUDA calls,
-policies whose outputs are exact on any device, and an env that reports its process.
+"""What the CUDA tests share: the device parameters, a counter of synchronizing CUDA calls, and
+policies whose outputs are exact on any device.
 
 Everything here runs on a CPU-only machine too: each CUDA test has a CPU twin (the same body
 with `device="cpu"`) that proves the test's own logic where no GPU is at hand. Imports stay
@@ -9,7 +9,6 @@ within torch, tensordict, gymnasium, numpy, pytest and rlcollect (the GPU machin
 from __future__ import annotations
 
 import gc
-import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,13 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
-
-from rlcollect import keys
-from rlcollect.envs.base import EnvBase
-from rlcollect.envs.specs import Categorical, Composite, Unbounded
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
@@ -134,51 +129,6 @@ class NoisyPolicy(nn.Module):
         self.calls += 1
         mean = 0.0 * self.linear(observation)
         return mean + 0.1 * torch.randn_like(mean)
-
-
-# --- an env that reports where it runs ------------------------------------------------------------
-
-
-class ProcessReportEnv(EnvBase):
-    """A single env observing its own process: `"pid"` `[1]` int64 and `"cuda_initialized"`
-    `[1]` bool (`torch.cuda.is_initialized()` in that process, read at every reset and step),
-    beside an `"observation"` `[3]` of zeros for the policy to read.
-
-    Episodes never end; the action (`Unbounded(1)`, as Pendulum's) changes nothing, and the
-    reward is the action, so a batch shows which weights acted.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.observation_spec = Composite(
-            observation=Unbounded(shape=(3,)),
-            pid=Unbounded(shape=(1,), dtype=torch.int64),
-            cuda_initialized=Categorical(2, shape=(1,), dtype=torch.bool),
-        )
-        self.action_spec = Unbounded(shape=(1,))
-        self.reward_spec = Unbounded(shape=(1,))
-        flag = Categorical(2, shape=(1,), dtype=torch.bool)
-        self.done_spec = Composite(dict.fromkeys(keys.DONE_KEYS, flag))
-
-    def _report(self) -> TensorDict:
-        flags = {name: torch.zeros(1, dtype=torch.bool) for name in keys.DONE_KEYS}
-        return TensorDict(
-            {
-                "observation": torch.zeros(3),
-                "pid": torch.tensor([os.getpid()]),
-                "cuda_initialized": torch.tensor([torch.cuda.is_initialized()]),
-                **flags,
-            }
-        )
-
-    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
-        return self._report()
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return self._report().set(keys.REWARD, tensordict.get(keys.ACTION).clone())
-
-    def _set_seed(self, seed: int) -> int:
-        return seed + 1
 
 
 # --- gauges ------------------------------------------------------------------------------------

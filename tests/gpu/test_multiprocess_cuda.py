@@ -10,9 +10,9 @@ pickled `.cpu()` tensors) and each worker copies them into its own policy. So a 
 weights never alias the trainer's: an in-place change of the trainer's parameters reaches no
 worker until `update_policy_weights_`.
 
-The env (`ProcessReportEnv`) reports its process id and whether CUDA is initialized there,
-at every step; its reward is the action, so a batch shows which weights acted. Every test has
-a CPU twin (`device="cpu"`) that runs on any machine.
+The env (`ProcessReportEnv`) reports at every step its process id, whether CUDA is initialized
+there and how many calls of torch.cuda that process made; its reward is the action, so a batch
+shows which weights acted. Every test has a CPU twin (`device="cpu"`) that runs anywhere.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from rlcollect.collectors import (
     SharedMemWeightSyncScheme,
 )
 from tests.collectors.policies import bias_module
-from tests.gpu.helpers import DEVICES, ProcessReportEnv
+from tests.gpu.helpers import DEVICES
+from tests.gpu.process_report import ProcessReportEnv
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -132,9 +133,10 @@ def initialize_cuda_here(device: str) -> None:
 @pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
 def test_cpu_workers_never_touch_cuda_when_the_parent_did(method: str, device: str) -> None:
     """A CPU-only collector started after the parent initialised CUDA: its workers collect,
-    take updates, and never initialise CUDA. With "fork" a worker is a forked copy of a parent
-    that initialised CUDA, where any CUDA call raises ("Cannot re-initialize CUDA in forked
-    subprocess"): the batches arriving prove the workers made none."""
+    take updates, and never call torch.cuda (counted in the worker from the env's creation
+    on) nor initialise CUDA. With "fork" a worker is a forked copy of a parent that
+    initialised CUDA, where a call that needs CUDA raises ("Cannot re-initialize CUDA in
+    forked subprocess"). The CPU twin checks the same on any machine."""
     initialize_cuda_here(device)
     policy = bias_module(0.5)
     with MultiSyncCollector(
@@ -151,6 +153,7 @@ def test_cpu_workers_never_touch_cuda_when_the_parent_did(method: str, device: s
     for batch, bias in ((first, 0.5), (second, 1.25)):
         assert torch.all(batch["action"] == bias)
         assert not batch["cuda_initialized"].any(), "a CPU worker initialised CUDA"
+        assert not batch["cuda_calls"].any(), "a CPU worker called torch.cuda"
         pids = set(batch["pid"].flatten().tolist())
         assert len(pids) == 2
         assert os.getpid() not in pids
