@@ -31,7 +31,9 @@ POLICY_VERSION_KEY = (keys.NEXT, keys.POLICY_VERSION)
 
 def _env_frame(env: EnvBase, devices: DeviceSplit, track_version: bool) -> TensorDictBase:
     """One zero-filled frame of the env's keys and the collector's own."""
-    frame = env.fake_tensordict().to(devices.env)
+    # Blocking: TensorDict.to's default (non-blocking copies, then a sync for a CPU target)
+    # would ask torch whether CUDA is available, a CUDA call in a collector that uses none.
+    frame = env.fake_tensordict().to(devices.env, non_blocking=False)
     frame.set(keys.TRAJ_IDS, torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env))
     if track_version:
         version = torch.zeros(env.batch_size, dtype=torch.int64, device=devices.env)

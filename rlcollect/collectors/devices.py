@@ -1,10 +1,12 @@
-"""Resolution of the collector's device split: env, policy and storing devices."""
+"""The collector's device split (env, policy and storing devices), and the wait for copies
+between processes that share CUDA memory."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
+from tensordict import TensorDictBase, is_non_tensor, is_tensor_collection
 
 DeviceLike = torch.device | str | int | None
 
@@ -108,3 +110,35 @@ class DeviceSplit:
     def storing_crosses(self) -> bool:
         """Whether each batch must be copied to another device to be stored."""
         return self.storing != self.env
+
+
+def cuda_devices_of(tensordict: TensorDictBase) -> set[torch.device]:
+    """The CUDA devices `tensordict`'s tensors live on (none for a tensordict on the CPU).
+
+    Lazy stacks are read part by part: their leaves may differ in shape (heterogeneous or
+    dynamic specs) and cannot be stacked to be read.
+    """
+    if tensordict.device is not None:
+        return {tensordict.device} if tensordict.device.type == "cuda" else set()
+    parts = getattr(tensordict, "tensordicts", None)  # a LazyStackedTensorDict's
+    if parts is not None:
+        return set().union(*(cuda_devices_of(part) for part in parts))
+    devices: set[torch.device] = set()
+    for value in tensordict.values():
+        if isinstance(value, torch.Tensor):
+            devices |= {value.device} if value.is_cuda else set()
+        elif is_tensor_collection(value) and not is_non_tensor(value):
+            devices |= cuda_devices_of(value)
+    return devices
+
+
+def finish_cuda_copies(tensordict: TensorDictBase) -> None:
+    """Wait until the work queued on the current stream of each CUDA device of `tensordict`
+    is done; nothing for a tensordict on the CPU (no CUDA call is made).
+
+    A batch shared with another process through CUDA IPC has no stream order across the two
+    processes: the writer must finish its copies into it before saying the batch is ready,
+    and the reader must finish copying it out before the writer may overwrite it.
+    """
+    for device in cuda_devices_of(tensordict):
+        torch.cuda.current_stream(device).synchronize()

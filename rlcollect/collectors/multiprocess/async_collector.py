@@ -8,6 +8,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect import keys
+from rlcollect.collectors.devices import finish_cuda_copies
 from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 from rlcollect.collectors.multiprocess.options import check_preemptive_threshold
 from rlcollect.collectors.multiprocess.pool import WorkerSlot
@@ -142,6 +143,7 @@ class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
             return None  # the worker wrote the batch, and the pool counted it
         self._frames += slot.last_frames
         batch = slot.batch_with_extras().clone()
+        finish_cuda_copies(batch)  # copied out before the worker, launched next, writes again
         if self.track_worker_id:
             batch.set(
                 keys.WORKER_ID,

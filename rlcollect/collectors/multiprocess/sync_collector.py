@@ -16,6 +16,7 @@ from rlcollect.collectors.children import (
     gather_episodes,
     resolve_children,
 )
+from rlcollect.collectors.devices import finish_cuda_copies
 from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 from rlcollect.collectors.multiprocess.pool import WorkerSlot
 from rlcollect.collectors.multiprocess.worker import WorkerCommand
@@ -187,6 +188,7 @@ class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
             batch = gather_batches(batches, self.cat_results)
         else:
             batch = gather_episodes(batches, self._episode_layout)
+        finish_cuda_copies(batch)  # copied out of the workers' batches before they write again
         return self._finish(batch)
 
     def _round(self) -> Sequence[WorkerSlot]:
@@ -208,7 +210,9 @@ class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
                 raise StopIteration  # what is still queued or running is not a whole batch
             slots = self._round()
             self._frames += sum(slot.last_frames for slot in slots)
-            queue.add(gather_episodes([slot.batch_with_extras() for slot in slots], "cat"))
+            episodes = gather_episodes([slot.batch_with_extras() for slot in slots], "cat")
+            finish_cuda_copies(episodes)
+            queue.add(episodes)
         self.iterations += 1
         return self._finish(queue.take_batch())
 

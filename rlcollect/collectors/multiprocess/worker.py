@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import env_attribute
+from rlcollect.collectors.devices import finish_cuda_copies
 from rlcollect.collectors.stacked_carrier import holds_stacked_steps
 from rlcollect.envs.non_tensor import non_tensor_keys
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
@@ -229,6 +230,8 @@ class CollectorServer:
             self.out = tensors.clone().share_memory_()
         else:
             self.out.update_(tensors)
+        # A batch on CUDA reaches the parent through CUDA IPC, outside this stream's order.
+        finish_cuda_copies(self.out)
         with_payload = first or extras is not None
         frames = batch.numel() * int(getattr(self.collector, "frames_per_step", 1))
         reply = BATCH_REPLY.pack(frames, version, with_payload)
