@@ -44,8 +44,8 @@ fi
 (cd scripts/gpu && phase facts 120 "$PY" facts.py) > "$OUT/facts.json" || exit 1
 cat "$OUT/facts.json" >&2
 
-# --- every CUDA test of ours: the files that mark one, only the marked tests ---
-mapfile -t files < <(grep -rl --include='test_*.py' 'mark.gpu' tests | sort)
+# --- every CUDA test of ours: tests/gpu/ and the other files that mark one; the marked tests ---
+mapfile -t files < <({ ls tests/gpu/test_*.py; grep -rl --include='test_*.py' 'mark.gpu' tests; } | sort -u)
 phase tests 330 "$PY" -m pytest -p no:cacheprovider -o addopts="" --import-mode=importlib -ra \
   --strict-markers -m gpu --timeout 240 --continue-on-collection-errors \
   --junitxml "$OUT/gpu_tests.xml" "${files[@]}" > "$OUT/gpu_tests.log" 2>&1

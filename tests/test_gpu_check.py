@@ -58,7 +58,9 @@ def test_the_gpu_check_runs_end_to_end_and_writes_its_report(tmp_path: Path) -> 
     )
     assert collected, report
     total, passed, skipped = map(int, collected.groups())
-    assert total >= 16  # every gpu-marked test of the suite, none lost to a collection error
+    assert total >= 36  # every gpu-marked test of the suite, none lost to a collection error
+    for module in sorted((ROOT / "tests" / "gpu").glob("test_*.py")):
+        assert f"`tests.gpu.{module.stem}::" in report, f"no CUDA test of {module.name} ran"
     if not torch.cuda.is_available():
         assert (passed, skipped) == (0, total)
     phases = dict(re.findall(r"^\| (facts|tests|benchmark) \| (\d+) \|", report, re.MULTILINE))
