@@ -67,7 +67,13 @@ def main(out: Path) -> int:
     benchmark = out / "gpu_benchmark.md"
     lines = ["# rlcollect GPU check", "", *facts_section(facts), *tests_section(outcomes)]
     lines += ["## Benchmark", ""]
-    lines += [benchmark.read_text().strip() if benchmark.exists() else "(no benchmark table)", ""]
+    if benchmark.exists():  # the benchmark's own page, less its title
+        lines += [
+            line for line in benchmark.read_text().strip().splitlines() if not line.startswith("# ")
+        ]
+    else:
+        lines.append("(no benchmark table)")
+    lines.append("")
     lines += ["## Phases", "", "| phase | exit code | seconds |", "| --- | --- | --- |"]
     lines += [f"| {name} | {code} | {seconds} |" for name, code, seconds in phases]
     page = "\n".join(lines) + "\n"
