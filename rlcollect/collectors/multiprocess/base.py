@@ -94,7 +94,7 @@ class MultiCollectorBase(MultiCollectorControl):
         num_workers: int | None = None,
         frames_per_batch: int | Sequence[int],
         total_frames: int = -1,
-        collector_class: Callable[..., Any] = Collector,
+        collector_class: Callable[..., Any] | str | None = Collector,
         update_at_each_batch: bool = False,
         num_threads: int | None = None,
         num_sub_threads: int = 1,
@@ -238,6 +238,9 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
+        # TorchRL's meaning (its trainers read it): the random frames asked for, in all; the
+        # workers share them out (each takes its share rounded up, `_worker_specs`).
+        self.init_random_frames = int(init_random_frames or 0)
         self._adopt_weight_updater(weight_updater)
 
     def _worker_specs(
