@@ -260,6 +260,10 @@ def test_config_trainer_trains_on_the_collector(
     versions: list[int] = []
     trainer.register_op("batch_process", lambda batch: versions.append(batch.numel()))
     try:
+        # TorchRL's trainer checkpoints the collector with its own state (and restores it)
+        state = trainer.state_dict()
+        assert "collector" in state
+        trainer.load_state_dict(state)
         trainer.train()
     finally:
         collector_object.shutdown()
