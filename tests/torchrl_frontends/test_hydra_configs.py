@@ -87,7 +87,10 @@ def collector_config(
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("implementation", ["rlcollect", "torchrl"])
+# TorchRL's side is the reference (TorchRL's own test-file runs it): slow-marked.
+@pytest.mark.parametrize(
+    "implementation", ["rlcollect", pytest.param("torchrl", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("exploring", [False, True], ids=["plain", "spec_none_noise"])
 @pytest.mark.parametrize("factory", [False, True], ids=["policy", "policy_factory"])
 @pytest.mark.parametrize("kind", list(CONFIGS))
