@@ -94,7 +94,7 @@ class MultiCollectorBase(MultiCollectorControl):
         num_workers: int | None = None,
         frames_per_batch: int | Sequence[int],
         total_frames: int = -1,
-        collector_class: Callable[..., Any] | str | None = Collector,
+        collector_class: Callable[..., Any] = Collector,
         update_at_each_batch: bool = False,
         num_threads: int | None = None,
         num_sub_threads: int = 1,
