@@ -36,6 +36,7 @@ from rlcollect.collectors.sampling.episode_sampler import (
     SampledEpisode,
     check_sample_arguments,
 )
+from rlcollect.collectors.torchrl_abc import register_as_torchrl_collectors
 from rlcollect.errors import MisuseError
 
 POLICY_MODEL_ID = "policy"
@@ -637,3 +638,7 @@ class CollectorBase:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+# TorchRL's trainers take only a `BaseCollector`: every collector of ours counts as one there.
+register_as_torchrl_collectors(CollectorBase)

@@ -96,13 +96,16 @@ def accepted_options(collector_class: Any) -> set[str] | None:
 
 
 def collector_class_of(collector_class: Any) -> Any:
-    """`collector_class` as a class: TorchRL's strings "single", "sync" and "async" stand
-    for `Collector`, `MultiSyncCollector` and `MultiAsyncCollector` (each class registers its
+    """`collector_class` as a class: None (what TorchRL's Hydra collector configs pass) is the
+    default `Collector`, and TorchRL's strings "single", "sync" and "async" stand for
+    `Collector`, `MultiSyncCollector` and `MultiAsyncCollector` (each class registers its
     own, see `CollectorBase`); anything else is kept.
 
     Raises:
         ValueError: another string, naming the shorthands.
     """
+    if collector_class is None:
+        return COLLECTOR_SHORTHANDS["single"]
     if not isinstance(collector_class, str):
         return collector_class
     if collector_class not in COLLECTOR_SHORTHANDS:

@@ -11,7 +11,11 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, set_interaction_type
 
-from rlcollect.collectors.policy.resolve import policy_outputs, resolve_policy
+from rlcollect.collectors.policy.resolve import (
+    lend_exploration_spec,
+    policy_outputs,
+    resolve_policy,
+)
 from rlcollect.keys import NestedName
 
 Entry = tuple[NestedName, tuple[int, ...], torch.dtype]
@@ -54,6 +58,7 @@ def probe_layout(env_maker: Callable[[], Any], policy: Any, exploration_type: An
             key for key in env.observation_spec.keys(True, True) if key in root.keys(True, True)
         ]
         batch_dims = len(env.batch_size)
+        lend_exploration_spec(policy, env)
         policy = served_policy(policy, observation_keys)
         wanted = _request_keys(policy, observation_keys)
         missing = [key for key in wanted if key not in root.keys(True, True)]

@@ -238,6 +238,9 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
+        # TorchRL's meaning (its trainers read it): the random frames asked for, in all; the
+        # workers share them out (each takes its share rounded up, `_worker_specs`).
+        self.init_random_frames = int(init_random_frames or 0)
         self._adopt_weight_updater(weight_updater)
 
     def _worker_specs(

@@ -57,7 +57,8 @@ class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
         total_frames: frames over the collector's life; -1 collects forever.
         collector_class: what each worker runs: `Collector`, or a multi-process collector (a
             class or `functools.partial`) so that workers run workers of their own; TorchRL's
-            "single", "sync" and "async" name ours.
+            "single", "sync" and "async" name ours, and None (TorchRL's Hydra configs pass it)
+            is `Collector`.
         cat_results: "stack" (or None, TorchRL's default) yields `[W, *env_batch, T]` (row i
             from worker i); 0 or -1 concatenate the workers' batches along that dim.
         update_at_each_batch: send the policy's weights to the workers before every batch.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -77,6 +78,19 @@ def is_unset_random_policy(policy: Any) -> bool:
     )
 
 
+def torchrl_env_of(env: Any) -> Any:
+    """The TorchRL env under `env` (through our wrappers: a step limit, transforms, the
+    adapter), `env` itself when it is one, else None. TorchRL is not imported for it."""
+    while not isinstance(env, TorchRLEnv) and isinstance(getattr(env, "env", None), EnvBase):
+        env = env.env
+    if isinstance(env, TorchRLEnv):
+        return env.env
+    torchrl_envs = sys.modules.get("torchrl.envs")
+    if torchrl_envs is not None and isinstance(env, torchrl_envs.EnvBase):
+        return env
+    return None
+
+
 def lend_action_spec(policy: Any, env: Any) -> None:
     """Give TorchRL's `RandomPolicy()` built without an action spec the env's, as TorchRL's
     collector does (the user's instance changes: `policy.action_spec` is then set).
@@ -86,10 +100,27 @@ def lend_action_spec(policy: Any, env: Any) -> None:
     """
     if not is_unset_random_policy(policy):
         return
-    while not isinstance(env, TorchRLEnv) and isinstance(getattr(env, "env", None), EnvBase):
-        env = env.env  # through our wrappers (a step limit, transforms)
-    if isinstance(env, TorchRLEnv):
-        policy.set_action_spec_from_env(env.env)
+    torchrl_env = torchrl_env_of(env)
+    if torchrl_env is not None:
+        policy.set_action_spec_from_env(torchrl_env)
+
+
+def lend_exploration_spec(policy: Any, env: Any) -> None:
+    """Give TorchRL's exploration modules built with `spec=None` inside `policy` (e.g.
+    `AdditiveGaussianModule`) the env's action spec before the policy is first called, as
+    TorchRL's collector does through `set_exploration_modules_spec_from_env`.
+
+    Called before the probe call (which would raise "spec has not been set"). TorchRL is not
+    imported: a policy can hold TorchRL's modules only once `torchrl.modules` is imported,
+    and only a TorchRL env's spec fits them.
+    """
+    torchrl_modules = sys.modules.get("torchrl.modules")
+    lend = getattr(torchrl_modules, "set_exploration_modules_spec_from_env", None)
+    if lend is None or not isinstance(policy, nn.Module):
+        return
+    torchrl_env = torchrl_env_of(env)
+    if torchrl_env is not None:
+        lend(policy, torchrl_env)
 
 
 def warn_if_action_misfits(

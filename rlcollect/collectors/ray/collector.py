@@ -209,6 +209,8 @@ class RayCollector(RayCollectorControl):
             else collector_options,
         )
         _, total_frames = validate_frames(1, total_frames)
+        # in all, as TorchRL's trainers read it
+        self.init_random_frames = int(init_random_frames or 0)
         self._episode_layout = actor_episode_layout(specs, self.sync)
         self.options = BatchOptions.validate(
             postproc=postproc,

@@ -27,7 +27,11 @@ from rlcollect.collectors.policy.acceleration import PolicyAcceleration
 from rlcollect.collectors.policy.env_transforms import register_policy_transforms
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
-from rlcollect.collectors.policy.resolve import lend_action_spec, warn_if_action_misfits
+from rlcollect.collectors.policy.resolve import (
+    lend_action_spec,
+    lend_exploration_spec,
+    warn_if_action_misfits,
+)
 from rlcollect.collectors.rollout import (
     BatchAbandonedError,
     LoopFlags,
@@ -393,6 +397,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             self.options.run_first(views.batch_steps())
             observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
         action_keys = list(self.env.action_keys)
+        lend_exploration_spec(policy, self.env)  # before: the holder may copy the policy
         self.policy = PolicyHolder(
             policy,
             observation_keys,

@@ -370,3 +370,31 @@ def test_torchrl_collector_class_shorthands_name_ours(no_leftover_children: None
         assert collector.next().numel() == 8
     with pytest.raises(ValueError, match=r"collector_class='multi' is no collector.*'async'"):
         MultiSyncCollector([counting_env], frames_per_batch=8, collector_class="multi")
+
+
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_collector_class_none_is_collector_as_torchrl_configs_pass_it(
+    collector_class: type, no_leftover_children: None
+) -> None:
+    """TorchRL's Hydra Multi*CollectorConfig passes collector_class=None: its default."""
+    from rlcollect.collectors.children import collector_class_of
+
+    assert collector_class_of(None) is Collector
+    with collector_class(
+        [counting_env, counting_env], frames_per_batch=8, total_frames=16, collector_class=None
+    ) as collector:
+        assert sum(batch.numel() for batch in collector) == 16
+
+
+@pytest.mark.parametrize("collector_class", [MultiSyncCollector, MultiAsyncCollector])
+def test_init_random_frames_reads_as_torchrl_s(
+    collector_class: type, no_leftover_children: None
+) -> None:
+    """TorchRL's trainers compare their frame count with `collector.init_random_frames`: the
+    random frames asked for in all (0 when none), as TorchRL's multi collectors keep it."""
+    with collector_class(
+        [counting_env, counting_env], frames_per_batch=8, total_frames=8, init_random_frames=6
+    ) as collector:
+        assert collector.init_random_frames == 6
+    with collector_class([counting_env], frames_per_batch=8, total_frames=8) as collector:
+        assert collector.init_random_frames == 0
