@@ -85,6 +85,7 @@ class MultiCollectorBase(MultiCollectorControl):
     # A worker that runs one of these inherits `restart_dead_workers`, `worker_timeout` and
     # `startup_timeout` (see `fault_options_for_children`).
     accepts_fault_options = True
+    takes_env_maker_list = True
 
     def __init__(
         self,
@@ -238,6 +239,7 @@ class MultiCollectorBase(MultiCollectorControl):
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
+        self._adopt_scheme_receivers()
         self._adopt_weight_updater(weight_updater)
 
     def _worker_specs(
