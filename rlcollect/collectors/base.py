@@ -380,7 +380,8 @@ class CollectorBase:
             TypeError: a scheme without `receive()`.
             RuntimeError: a TorchRL scheme already set up as a sender.
         """
-        polled, driven = {}, {}
+        polled: dict[str, Any] = {}
+        driven: dict[str, Any] = {}
         for model_id, scheme in dict(weight_recv_schemes).items():
             one_weights_source(None, None, None, model_id=model_id, method="weight_recv_schemes")
             if not callable(getattr(scheme, "receive", None)):
