@@ -31,24 +31,21 @@ def lint_imports(*arguments: str) -> subprocess.CompletedProcess[str]:
 def test_every_import_contract_is_kept() -> None:
     result = lint_imports()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout, result.stdout
+    assert "4 kept, 0 broken" in result.stdout, result.stdout
 
 
-@pytest.mark.timeout(150)
-def test_an_arrow_running_back_up_breaks_the_contract(tmp_path: Path) -> None:
-    """The check has teeth: an import from the policy room up into the weights room (the
-    direction REDESIGN forbids) is reported."""
+def lint_imports_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports on a copy of the package where `module` (a path under rlcollect/) gains
+    the import `line`."""
     config = (ROOT / "pyproject.toml").read_text()
     package = tmp_path / "rlcollect"
     shutil.copytree(ROOT / "rlcollect", package, ignore=shutil.ignore_patterns("__pycache__"))
-    resolve = package / "collectors" / "policy" / "resolve.py"
-    resolve.write_text(
-        resolve.read_text() + "\nfrom rlcollect.collectors.weights import schemes  # noqa\n"
-    )
+    changed = package / module
+    changed.write_text(changed.read_text() + f"\n{line}  # noqa\n")
     (tmp_path / "pyproject.toml").write_text(config)
     executable = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     assert executable
-    result = subprocess.run(
+    return subprocess.run(
         [executable, "--no-cache"],
         cwd=tmp_path,
         capture_output=True,
@@ -57,5 +54,32 @@ def test_an_arrow_running_back_up_breaks_the_contract(tmp_path: Path) -> None:
         check=False,
         env={"PYTHONPATH": str(tmp_path), "PATH": str(Path(sys.executable).parent)},
     )
+
+
+@pytest.mark.timeout(150)
+def test_an_arrow_running_back_up_breaks_the_contract(tmp_path: Path) -> None:
+    """The check has teeth: an import from the policy room up into the weights room (the
+    direction REDESIGN forbids) is reported."""
+    result = lint_imports_with(
+        tmp_path,
+        "collectors/policy/resolve.py",
+        "from rlcollect.collectors.weights import schemes",
+    )
     assert result.returncode != 0, result.stdout
     assert "rlcollect.collectors.policy.resolve -> rlcollect.collectors.weights" in result.stdout
+
+
+@pytest.mark.timeout(150)
+def test_the_ray_evaluation_backend_importing_the_process_worker_breaks_the_contract(
+    tmp_path: Path,
+) -> None:
+    result = lint_imports_with(
+        tmp_path,
+        "collectors/evaluation/ray_actor.py",
+        "from rlcollect.collectors.evaluation import worker",
+    )
+    assert result.returncode != 0, result.stdout
+    assert (
+        "rlcollect.collectors.evaluation.ray_actor is not allowed to import "
+        "rlcollect.collectors.evaluation.worker"
+    ) in " ".join(result.stdout.split())  # lint-imports wraps long lines

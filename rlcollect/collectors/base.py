@@ -37,6 +37,7 @@ from rlcollect.collectors.sampling.episode_sampler import (
     check_sample_arguments,
 )
 from rlcollect.collectors.torchrl_abc import register_as_torchrl_collectors
+from rlcollect.collectors.scheme_receivers import SchemeReceivers, sets_itself_up
 from rlcollect.errors import MisuseError
 
 POLICY_MODEL_ID = "policy"
@@ -152,6 +153,10 @@ class CollectorBase:
         super().__init_subclass__(**kwargs)
         if torchrl_shorthand is not None:
             COLLECTOR_SHORTHANDS[torchrl_shorthand] = cls
+
+    # Whether the class is built from one env maker per worker of its own (a list): a parent
+    # that runs it as a child (RayCollector's actors) then hands it a list, as TorchRL's does.
+    takes_env_maker_list: bool = False
 
     frames: int
     total_frames: int
@@ -319,16 +324,39 @@ class CollectorBase:
                 registered (they are the source then).
         """
         source = one_weights_source(policy_or_weights, weights, policy, method="receive_weights")
-        schemes = self.options.weight_recv_schemes
+        schemes = [*self.options.weight_recv_schemes, *self._scheme_receivers.schemes]
         if source is not None and schemes:
             raise ValueError(
                 f"receive_weights got weights, but this collector receives them from its "
                 f"schemes {sorted(schemes)}; call receive_weights() with no argument."
             )
         if source is None and schemes:
+            self._scheme_receivers.receive()
             self._receive_from_schemes()
         else:
             self._update_weights(source, None, None, None)
+
+    @property
+    def _scheme_receivers(self) -> SchemeReceivers:
+        """TorchRL's schemes this collector receives through (see `scheme_receivers.py`)."""
+        receivers = self.__dict__.get("_scheme_receivers_held")
+        if receivers is None:
+            receivers = self.__dict__["_scheme_receivers_held"] = SchemeReceivers()
+        return receivers
+
+    @property
+    def _receiver_schemes(self) -> dict[str, Any]:
+        """TorchRL's name for them, which its remote calls address (e.g.
+        `cascade_execute("_receiver_schemes['policy'].receive")`)."""
+        return self._scheme_receivers.schemes
+
+    def _receive_weights_scheme(self, model_version: int | None = None) -> None:
+        """Receive through TorchRL's schemes now (what TorchRL's `RPCCollector` calls on its
+        node's collector as it sends): each loads the weights and passes them on with
+        `update_policy_weights_`; `model_version`, when given, is the version then held."""
+        self._scheme_receivers.receive()
+        if model_version is not None:
+            self.policy_version = int(model_version)
 
     def _receive_from_schemes(self) -> None:
         """Apply what every receive scheme holds (before every batch, and on request)."""
@@ -340,14 +368,21 @@ class CollectorBase:
     def register_scheme_receiver(
         self, weight_recv_schemes: Mapping[str, Any], *, synchronize_weights: bool = True
     ) -> None:
-        """Add receive schemes (`{"policy": scheme}`, each with a `receive()` that returns
-        weights or None), polled before every batch as `weight_recv_schemes=` ones are; with
-        `synchronize_weights`, what they hold is applied now.
+        """Add receive schemes (`{"policy": scheme}`).
+
+        A scheme with a `receive()` that returns weights or None is polled before every
+        batch, as `weight_recv_schemes=` ones are; with `synchronize_weights`, what it holds
+        is applied now. One of TorchRL's (`init_on_receiver`) is set up on this collector
+        first, as TorchRL does, then connected (with `synchronize_weights`); its sender
+        drives it from then on (see `scheme_receivers.py`).
 
         Raises:
             ValueError: a model id other than "policy".
             TypeError: a scheme without `receive()`.
+            RuntimeError: a TorchRL scheme already set up as a sender.
         """
+        polled: dict[str, Any] = {}
+        driven: dict[str, Any] = {}
         for model_id, scheme in dict(weight_recv_schemes).items():
             one_weights_source(None, None, None, model_id=model_id, method="weight_recv_schemes")
             if not callable(getattr(scheme, "receive", None)):
@@ -355,12 +390,30 @@ class CollectorBase:
                     f"weight_recv_schemes[{model_id!r}] must have a receive() method returning "
                     f"weights or None; got {type(scheme).__name__}."
                 )
-        self.options.weight_recv_schemes = {
-            **self.options.weight_recv_schemes,
-            **weight_recv_schemes,
-        }
+            (driven if sets_itself_up(scheme) else polled)[model_id] = scheme
+        worker_idx = getattr(self, "worker_idx", None)
+        self._scheme_receivers.add(driven, self, worker_idx)
+        self.options.weight_recv_schemes = {**self.options.weight_recv_schemes, **polled}
         if synchronize_weights:
+            self._scheme_receivers.connect(worker_idx)
             self._receive_from_schemes()
+
+    def _adopt_scheme_receivers(self) -> None:
+        """Take TorchRL's schemes given as `weight_recv_schemes=` out of the polled ones and
+        set them up on this collector, now that it is built (TorchRL's order); a failure
+        shuts the collector down before it is raised."""
+        given = self.options.weight_recv_schemes
+        driven = {model_id: scheme for model_id, scheme in given.items() if sets_itself_up(scheme)}
+        if not driven:
+            return
+        self.options.weight_recv_schemes = {
+            model_id: scheme for model_id, scheme in given.items() if model_id not in driven
+        }
+        try:
+            self.register_scheme_receiver(driven)
+        except BaseException:
+            self.shutdown(raise_on_error=False)
+            raise
 
     def init_updater(self, *args: Any, **kwargs: Any) -> None:
         """TorchRL's `init_updater`: initialise the legacy weight updater. rlcollect has none
@@ -495,6 +548,7 @@ class CollectorBase:
         """
         try:
             self._shut_down(timeout, close_env)
+            self._shut = True
         except Exception as err:
             if raise_on_error:
                 raise
@@ -504,6 +558,14 @@ class CollectorBase:
 
     def _shut_down(self, timeout: float | None, close_env: bool) -> None:
         raise NotImplementedError
+
+    _shut = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether `shutdown()` has run (TorchRL's `closed`: its launchers read it before
+        shutting a node's collector down)."""
+        return self._shut
 
     @property
     def is_done(self) -> bool:

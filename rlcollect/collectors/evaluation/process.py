@@ -24,9 +24,9 @@ import cloudpickle
 import torch
 
 from rlcollect.collectors.evaluation.settings import EvaluationSettings
+from rlcollect.collectors.evaluation.spec import EvaluationWorkerSpec
 from rlcollect.collectors.evaluation.worker import (
     EvaluationCommand,
-    EvaluationWorkerSpec,
     describe_command,
     run_evaluation_worker,
 )

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from rlcollect.collectors.evaluation.runner import EvaluationCancelledError
-from rlcollect.collectors.evaluation.worker import EvaluationWorkerSpec
+from rlcollect.collectors.evaluation.spec import EvaluationWorkerSpec
 from rlcollect.collectors.policy.weights import (
     Weights,
     WeightsLayout,

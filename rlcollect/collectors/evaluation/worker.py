@@ -12,12 +12,11 @@ from __future__ import annotations
 import enum
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from rlcollect.collectors.evaluation.runner import EpisodeRunner
-from rlcollect.collectors.evaluation.settings import EvaluationSettings
+from rlcollect.collectors.evaluation.spec import EvaluationWorkerSpec
 from rlcollect.collectors.policy.weights import state_layout
 from rlcollect.collectors.weights.schemes import POLICY_MODEL_ID, WeightSyncScheme
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
@@ -35,31 +34,6 @@ class EvaluationCommand(enum.IntEnum):
 describe_command = command_describer(
     EvaluationCommand, {EvaluationCommand.EVALUATE: "an evaluation (step {argument})"}
 )
-
-
-@dataclass
-class EvaluationWorkerSpec:
-    """What the worker builds its runner from; travels with cloudpickle (lambdas work)."""
-
-    env_factory: Callable[[], Any]
-    policy_factory: Callable[..., Any]
-    settings: EvaluationSettings
-    scheme: WeightSyncScheme
-    init_fn: Callable[[], None] | None = None
-    # TorchRL calls the policy factory with no argument in a worker process, with the env in
-    # a Ray actor (see `build_policy`).
-    factory_takes_env: bool = False
-
-    def build(self) -> EpisodeRunner:
-        if self.init_fn is not None:
-            self.init_fn()
-        return EpisodeRunner.build(
-            self.env_factory,
-            None,
-            self.policy_factory,
-            self.settings,
-            factory_takes_env=self.factory_takes_env,
-        )
 
 
 def run_evaluation_worker(index: int, connection: Connection, spec_bytes: bytes) -> None:

@@ -85,6 +85,7 @@ class MultiCollectorBase(MultiCollectorControl):
     # A worker that runs one of these inherits `restart_dead_workers`, `worker_timeout` and
     # `startup_timeout` (see `fault_options_for_children`).
     accepts_fault_options = True
+    takes_env_maker_list = True
 
     def __init__(
         self,
@@ -241,6 +242,7 @@ class MultiCollectorBase(MultiCollectorControl):
         # TorchRL's meaning (its trainers read it): the random frames asked for, in all; the
         # workers share them out (each takes its share rounded up, `_worker_specs`).
         self.init_random_frames = int(init_random_frames or 0)
+        self._adopt_scheme_receivers()
         self._adopt_weight_updater(weight_updater)
 
     def _worker_specs(

@@ -226,6 +226,21 @@ class MultiCollectorControl(CollectorWithChildren):
     def _policy_model(self) -> Any:
         return self.weights.policy
 
+    @property
+    def policy(self) -> Any:
+        """TorchRL's `policy` of a multi-process collector: the policy it was given, where
+        updates without weights read them (None with random actions).
+
+        With a `policy_factory` alone the workers build their policies and none is sent;
+        reading `policy` then builds one here with the factory, once: the module a TorchRL
+        weight-sync scheme of a parent (e.g. `DistributedCollector`'s, on a node that runs
+        this collector) writes received weights into before it passes them on with
+        `update_policy_weights_(weights)`, as TorchRL's node builds one for its own
+        multi-process collectors. It starts with the factory's weights, and updates without
+        weights still need a policy given at construction.
+        """
+        return self.weights.policy_here()
+
     def policy_layout(self) -> WeightsLayout:
         """The names, shapes and dtypes of the workers' policy weights (this collector as a
         worker of another)."""

@@ -79,6 +79,8 @@ class AsyncCollector(MultiAsyncCollector):
         [torch.Size([50]), torch.Size([50])]
     """
 
+    takes_env_maker_list = False  # one env, one worker
+
     def __init__(self, create_env_fn: Any, policy: Any = None, **options: Any) -> None:
         if is_sequence(create_env_fn):
             raise TypeError(

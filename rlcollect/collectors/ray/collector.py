@@ -78,6 +78,11 @@ class RayCollector(RayCollectorControl):
         collector_class: what each actor runs: `Collector`, or a multi-process collector class
             (or `functools.partial(MultiSyncCollector, num_workers=2)`); TorchRL's "single",
             "sync" and "async" name ours.
+        num_workers_per_collector: TorchRL's: the workers of each actor's multi-process
+            collector, each with a copy of the actor's env maker (default 1: a list of one
+            maker, as TorchRL hands any class but `Collector`); `num_workers` given to
+            `collector_class` (a `functools.partial`, `collector_kwargs`) does the same.
+            A `Collector` runs one env: more than 1 is refused.
         collector_kwargs: options of every actor's collector (a dict), or one dict per actor.
         remote_configs: `ray.remote` options of every actor (`num_cpus`, `num_gpus`, `memory`,
             `object_store_memory`, `resources`, ...: whatever Ray takes, checked by Ray here),
@@ -153,6 +158,7 @@ class RayCollector(RayCollectorControl):
         frames_per_batch: int,
         total_frames: int = -1,
         collector_class: Callable[..., Any] = Collector,
+        num_workers_per_collector: int = 1,
         collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         remote_configs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         sync: bool = True,
@@ -198,6 +204,7 @@ class RayCollector(RayCollectorControl):
             policy_factory=policy_factory,
             replay_buffer=replay_buffer,
             init_random_frames=init_random_frames,
+            num_workers_per_collector=num_workers_per_collector,
             # Actors that write the buffer themselves process what they write.
             options={
                 **collector_options,

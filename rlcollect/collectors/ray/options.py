@@ -72,6 +72,56 @@ def check_collector_class(collector_class: Any) -> None:
         )
 
 
+def check_workers_per_actor(collector_class: Any, num_workers_per_collector: Any) -> int:
+    """TorchRL's `num_workers_per_collector`: how many workers (copies of its env maker)
+    each actor's multi-process collector runs; 1 for a `Collector`, which runs one env.
+
+    Raises:
+        TypeError: not an int.
+        ValueError: below 1, or above 1 with a collector class that runs one env.
+    """
+    count = check_int("num_workers_per_collector", num_workers_per_collector)
+    if count < 1:
+        raise ValueError(f"num_workers_per_collector={count} must be at least 1.")
+    if count > 1 and not _takes_maker_list(collector_class):
+        raise ValueError(
+            f"num_workers_per_collector={count} needs a multi-process collector_class "
+            f"(MultiSyncCollector, MultiAsyncCollector); {_class_name(collector_class)} runs "
+            "one env per actor. Use num_collectors for more actors instead."
+        )
+    return count
+
+
+def actor_env_maker(
+    collector_class: Any, maker: Any, options: Mapping[str, Any], workers: int
+) -> Any:
+    """What one actor's collector is built from: a class that runs workers of its own gets
+    `workers` copies of the maker (one per worker, as TorchRL's RayCollector hands them),
+    unless its `num_workers` is given (in a `functools.partial` or the collector options:
+    it then copies the maker itself); a `Collector` gets the maker."""
+    given = {**getattr(collector_class, "keywords", {}), **options}
+    if not _takes_maker_list(collector_class) or is_sequence(maker):
+        return maker
+    if given.get("num_workers") is not None:
+        if workers > 1 and given["num_workers"] != workers:
+            raise ValueError(
+                f"num_workers={given['num_workers']} (for collector_class) and "
+                f"num_workers_per_collector={workers} disagree; give one of them."
+            )
+        return maker
+    return [maker] * workers
+
+
+def _takes_maker_list(collector_class: Any) -> bool:
+    target = getattr(collector_class, "func", collector_class)  # functools.partial
+    return bool(getattr(target, "takes_env_maker_list", False))
+
+
+def _class_name(collector_class: Any) -> str:
+    target = getattr(collector_class, "func", collector_class)
+    return getattr(target, "__name__", repr(target))
+
+
 def per_actor_options(
     collector_class: Any,
     collector_kwargs: Any,
@@ -222,14 +272,17 @@ def plan_actors(
     replay_buffer: Any,
     init_random_frames: Any,
     options: Mapping[str, Any],
+    num_workers_per_collector: Any = 1,
 ) -> tuple[list[ActorSpec], list[dict[str, Any]]]:
     """What every actor builds and the `ray.remote` options it runs with, every argument
     checked (the first wrong one raises, naming it). `options` are the collector options of
     all actors; `init_random_frames` is shared out among them; actor i draws trajectory ids
-    `i + k N`; a replay buffer reaches them as its client."""
+    `i + k N`; a replay buffer reaches them as its client; a multi-process collector class
+    gets `num_workers_per_collector` copies of its actor's env maker."""
     makers, num = resolve_children(create_env_fn, num_collectors, "num_collectors", "actor")
     frames_each = per_actor_frames(frames_per_batch, num, sync)
     check_collector_class(collector_class)
+    workers = check_workers_per_actor(collector_class, num_workers_per_collector)
     factories = per_child_factories(policy, policy_factory, num, "actor")
     client = served_buffer_client(replay_buffer)
     shared = dict(options)
@@ -245,7 +298,7 @@ def plan_actors(
     specs = [
         ActorSpec(
             collector_class=collector_class,
-            create_env_fn=maker,
+            create_env_fn=actor_env_maker(collector_class, maker, actor_options[index], workers),
             policy_factory=factories[index],
             frames_per_batch=frames_each,
             collector_kwargs=actor_options[index],

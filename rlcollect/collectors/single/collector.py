@@ -60,6 +60,7 @@ from rlcollect.collectors.stacked_carrier import (
     fits_one_buffer,
     refuse_options_needing_one_buffer,
 )
+from rlcollect.collectors.weights.model_senders import ModelSenders
 from rlcollect.envs.factory import make_env
 from rlcollect.errors import MisuseError
 
@@ -103,8 +104,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             `split_trajs` or `store_obs_once` then: they need the whole batch).
         track_policy_version: write `("next", "policy_version")` into every frame.
         weight_sync_schemes: accepted as TorchRL's examples pass it (`{"policy": scheme}`,
-            ours or TorchRL's), and checked; unused, since a single-process collector has no
-            children: `update_policy_weights_()` loads the weights in place.
+            ours or TorchRL's), and checked; the policy's is unused, since a single-process
+            collector has no children: `update_policy_weights_()` loads the weights in place.
+            A TorchRL scheme under another model id (e.g. `{"transform_module":
+            RayModuleTransformScheme()}`, whose module runs in a Ray actor) is set up as the
+            sender here, and `update_policy_weights_(weights, model_id=...)` sends through
+            it, as in TorchRL.
         weight_recv_schemes: mapping of model id to a scheme whose `receive()` returns new
             weights or None; polled before every batch.
         worker_idx: this collector's index when it runs inside a multi-process collector.
@@ -379,7 +384,19 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         self._start_time: float | None = None
         self._frames_at_start = 0
         self._profiler: RolloutProfiler | None = None
+        self._model_senders = ModelSenders(weight_sync_schemes)
+        self._connect_model_senders()
+        self._adopt_scheme_receivers()
         self._adopt_weight_updater(weight_updater)
+
+    def _connect_model_senders(self) -> None:
+        """Set the schemes of models other than the policy up as senders, now that the
+        collector they may read is built; a failure closes the env before it is raised."""
+        try:
+            self._model_senders.connect(self)
+        except BaseException:
+            self.shutdown(raise_on_error=False)
+            raise
 
     def _build_loop(
         self,

@@ -33,6 +33,7 @@ from rlcollect.collectors.rollout import TrajectoryStream
 from rlcollect.collectors.sampling.whole_episodes import EpisodeAssembler
 from rlcollect.collectors.single.background import BackgroundLoop
 from rlcollect.collectors.single.profiling import ProfileConfig, ProfilingHook, RolloutProfiler
+from rlcollect.collectors.weights.model_senders import ModelSenders
 from rlcollect.envs.torchrl_env import TorchRLEnv, is_torchrl_env
 from rlcollect.errors import MisuseError
 from rlcollect.transforms.step_limit import StepLimit
@@ -58,6 +59,7 @@ class CollectorControl(CollectorBase):
     _frames_at_start: int
     _profiler: RolloutProfiler | None
     _pre_collect_hook: Callable[[], None] | None
+    _model_senders: ModelSenders
 
     def _check_idle(self, action: str) -> None:
         if self._background.is_busy:
@@ -100,7 +102,10 @@ class CollectorControl(CollectorBase):
     ) -> None:
         """Load each model's weights in place, into the module its model id names on this
         collector (e.g. `"env.transform[0].module"`), every one checked before any is
-        loaded; `worker_ids` and `timeout` are unused here (no children)."""
+        loaded; `worker_ids` and `timeout` are unused here (no children). A model with a
+        scheme of its own (`weight_sync_schemes`, see `ModelSenders`) gets them through it,
+        with `worker_ids`."""
+        sent, models = self._model_senders.split(models)
         checked = {}
         for model_id, source in models.items():
             module = resolve_model(self._model_root(), model_id, type(self).__name__)
@@ -109,6 +114,7 @@ class CollectorControl(CollectorBase):
                 source, flat_weights(module), transient_names(module), target
             )
         self.apply_model_weights(checked)
+        self._model_senders.send(sent, worker_ids)
 
     def model_layout(self, model_id: str) -> WeightsLayout:
         """The names, shapes and dtypes of the weights of the model `model_id` names (what a

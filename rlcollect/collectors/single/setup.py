@@ -172,8 +172,9 @@ def refuse_interruptor_with_whole_episodes(interruptor: Any, sampling: Sampling)
 
 def check_leaf_schemes(schemes: Mapping[str, Any] | None) -> None:
     """`weight_sync_schemes` given to a single-process `Collector` (TorchRL's examples pass
-    one): checked as the collectors with children check theirs, then left unused, since
-    this collector loads weights in place. Returns None, what `BatchOptions` is then given.
+    one): checked as the collectors with children check theirs; the policy's is unused,
+    since this collector loads weights in place (`ModelSenders` keeps the TorchRL schemes of
+    other models). Returns None, what `BatchOptions` is then given.
 
     Raises:
         TypeError: a value that is no scheme (ours or TorchRL's).

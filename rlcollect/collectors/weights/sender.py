@@ -80,6 +80,7 @@ class SentWeights:
             weight_template(policy, None) if policy is not None or policy_factory is None else None
         )
         self.transient = transient_names(policy)
+        self._built: Any = None  # `policy_here()`'s, with a factory only
         # A copy, so that in-place training of the parent's policy reaches no child before an
         # update sends it.
         self.current: Weights | None = None
@@ -98,6 +99,17 @@ class SentWeights:
             else:
                 self._template = weight_template(None, self._factory)
         return self._template
+
+    def policy_here(self) -> Any:
+        """The policy given; with a factory only, one the factory builds here at the first
+        call (kept): a module in this process for weights to be written into before they go
+        on to the children (see `MultiCollectorBase.policy`). It is no weights source:
+        updates without weights still need the policy given."""
+        if self.policy is not None or self._factory is None:
+            return self.policy
+        if self._built is None:
+            self._built = self._factory()
+        return self._built
 
     @property
     def readable(self) -> bool:

@@ -1,0 +1,149 @@
+"""Our multi-process collectors as the node collectors of TorchRL's `DistributedCollector`.
+
+TorchRL's launcher builds `collector_class` on every node and registers its weight-sync scheme
+on the node collector's `policy`, the module received weights are written into before
+`update_policy_weights_` passes them on to the workers. So a multi-process collector has a
+`policy` in the parent with TorchRL's meaning (the policy given), built here from the factory
+when only a factory was given (what TorchRL's node builds for its own multi-process
+collectors), and `closed`, which the node reads when it shuts down.
+
+The launcher runs for real: node processes on this machine in a gloo group on localhost
+(tests/collectors/torchrl_launcher_runs.py, one process per run), side by side with TorchRL's
+classes as node collectors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import rlcollect.collectors
+from tests.collectors.multiprocess.test_factory_only import RecordingFactory, pendulum
+from tests.conftest import processes_gone
+
+torchrl_collectors = pytest.importorskip("torchrl.collectors")
+pytest.importorskip("torch.distributed")
+
+ROOT = Path(__file__).resolve().parents[3]
+# A launcher run starts a process group, node processes and their workers: a minute or two
+# on a busy 2-core machine; this bounds a hang.
+RUN_TIMEOUT = 240
+
+
+def library(name: str) -> Any:
+    return rlcollect.collectors if name == "rlcollect" else torchrl_collectors
+
+
+def launcher_run(launcher: str, owner: str, name: str, pfactory: bool) -> dict[str, Any]:
+    """Run TorchRL's `launcher` with `owner`'s `name` as node collector (see
+    torchrl_launcher_runs.py); check that every process it started is gone."""
+    command = [sys.executable, "-m", "tests.collectors.torchrl_launcher_runs"]
+    command += [launcher, owner, name, str(int(pfactory)), "0"]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    output = done.stdout[-3000:] + done.stderr[-6000:]
+    assert done.returncode == 0, output
+    assert lines, output
+    result: dict[str, Any] = json.loads(lines[-1])
+    assert processes_gone(result["started"], within=30.0), "the launcher left processes behind"
+    return result
+
+
+def assert_weights_reached_the_workers(result: dict[str, Any]) -> None:
+    """Batch 0 ran the first weights (action 1), the last batch the updated ones (action 2)."""
+    assert result["frames"] == 300
+    assert result["actions"][0] == [1.0]
+    assert result["actions"][-1] == [2.0]
+
+
+# --- `policy` and `closed` on the parent, as TorchRL's ------------------------------------------
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("owner", ["rlcollect", "torchrl"])
+@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_policy_is_the_policy_given_and_closed_follows_shutdown(owner: str, name: str) -> None:
+    from tests.collectors.multiprocess.test_factory_only import policy_with_bias
+
+    policy = policy_with_bias(0.5)
+    collector = getattr(library(owner), name)(
+        [pendulum], policy, frames_per_batch=20, total_frames=20
+    )
+    try:
+        assert collector.policy is policy
+        assert collector.closed is False
+    finally:
+        collector.shutdown()
+    assert collector.closed is True
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_factory_only_policy_is_built_here_once_at_first_read(tmp_path: Path) -> None:
+    """TorchRL's multi-process collector has `policy` None then, and its node builds a
+    policy from the factory itself; ours builds that copy here when `policy` is first read
+    (and not before: the workers alone build theirs until then)."""
+    factory = RecordingFactory(tmp_path / "calls")
+    collector = rlcollect.collectors.MultiSyncCollector(
+        [pendulum], policy_factory=factory, frames_per_batch=20, total_frames=40
+    )
+    try:
+        collector.next()
+        assert os.getpid() not in factory.pids()
+        built = collector.policy
+        assert isinstance(built, torch.nn.Module)
+        assert collector.policy is built
+        assert factory.pids().count(os.getpid()) == 1
+        with pytest.raises(ValueError, match="built with policy_factory; pass weights"):
+            collector.update_policy_weights_()
+        # What a TorchRL scheme does on a node: write weights into it, pass them on.
+        with torch.no_grad():
+            built.module.bias.fill_(-0.75)
+        collector.update_policy_weights_(built)
+        assert torch.allclose(collector.next()["action"], torch.tensor(-0.75))
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+def test_random_actions_have_no_policy() -> None:
+    collector = rlcollect.collectors.MultiSyncCollector(
+        [pendulum], frames_per_batch=20, total_frames=20
+    )
+    try:
+        assert collector.policy is None
+    finally:
+        collector.shutdown()
+
+
+# --- TorchRL's DistributedCollector over our node collectors ------------------------------------
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("pfactory", [False, True], ids=["policy", "policy_factory"])
+@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_distributed_collector_runs_our_multi_collectors_on_its_nodes(
+    name: str, pfactory: bool
+) -> None:
+    assert_weights_reached_the_workers(launcher_run("distributed", "rlcollect", name, pfactory))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_distributed_collector_runs_torchrl_multi_collectors_alike(name: str) -> None:
+    """The same run with TorchRL's classes on the nodes: what ours are held to."""
+    assert_weights_reached_the_workers(launcher_run("distributed", "torchrl", name, False))

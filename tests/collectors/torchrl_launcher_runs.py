@@ -1,0 +1,133 @@
+"""TorchRL's torch.distributed launchers run with a node collector class, ours or TorchRL's.
+
+`python -m tests.collectors.torchrl_launcher_runs <launcher> <owner> <class> <pfactory> <sync>`
+runs TorchRL's `DistributedCollector` or `RPCCollector` (`launcher="mp"`: node processes on
+this machine, a gloo group on localhost) over TorchRL's counting env, with `collector_class`
+the named class of rlcollect or of TorchRL as the node collector. The policy writes its one
+weight as the action; after the first batch the weight goes from 1 to 2 and is sent with
+`update_policy_weights_`. It prints one JSON line: the actions of each batch, the frames, and
+the pids of the processes it started (every descendant seen while it ran), which the test
+checks are gone. A process of its own because the launcher makes its process rank 0 of a
+process group (TorchRL's tests run it in a process of its own too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from tests.conftest import descendants
+
+FRAMES_PER_BATCH = 50
+TOTAL_FRAMES = 300
+
+
+class CountingPolicy(TensorDictModuleBase):
+    """Writes its weight (1 at first) as every env's action."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(1.0))
+        self.in_keys: list[str] = []
+        self.out_keys = ["action"]
+
+    def forward(self, tensordict: Any) -> Any:
+        tensordict.set("action", self.weight.expand(tensordict.shape).clone())
+        return tensordict
+
+
+def free_port() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("localhost", 0))
+        return str(probe.getsockname()[1])
+
+
+def collector_class(owner: str, name: str) -> type:
+    if owner == "rlcollect":
+        import rlcollect.collectors as module
+    else:
+        import torchrl.collectors as module  # type: ignore[no-redef]
+    return getattr(module, name)  # type: ignore[no-any-return]
+
+
+class Descendants:
+    """Every descendant of this process seen while it runs (polled in the background)."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            self.pids.update(descendants())
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join()
+        self.pids.update(descendants())
+        return sorted(self.pids)
+
+
+def run(launcher: str, owner: str, name: str, pfactory: bool, sync: bool) -> dict[str, Any]:
+    """Collect `TOTAL_FRAMES` through the launcher; the weights change after batch 0."""
+    from torchrl.collectors.distributed import DistributedCollector, RPCCollector
+    from torchrl.testing.mocking_classes import CountingEnv
+
+    launcher_class = {"distributed": DistributedCollector, "rpc": RPCCollector}[launcher]
+    policy = None if pfactory else CountingPolicy()
+    weights = TensorDict.from_module(CountingPolicy()).lock_() if pfactory else None
+    # As TorchRL's tests: one node for an async node collector, so that no batch of a node
+    # still on the old weights arrives after the update.
+    nodes = 1 if name == "MultiAsyncCollector" else 2
+    collector = launcher_class(
+        [CountingEnv] * nodes,
+        policy,
+        policy_factory=CountingPolicy if pfactory else None,
+        collector_class=collector_class(owner, name),
+        total_frames=TOTAL_FRAMES,
+        frames_per_batch=FRAMES_PER_BATCH,
+        sync=sync,
+        launcher="mp",
+        tcp_port=free_port(),
+    )
+    actions, frames = [], 0
+    try:
+        for index, data in enumerate(collector):
+            frames += data.numel()
+            actions.append(sorted(set(data["action"].flatten().tolist())))
+            if index == 0:
+                with torch.no_grad():
+                    if policy is not None:
+                        policy.weight.add_(1)
+                    else:
+                        weights.data.add_(1)  # type: ignore[union-attr]
+                collector.update_policy_weights_(weights)
+    finally:
+        collector.shutdown()
+    return {"actions": actions, "frames": frames}
+
+
+def main() -> None:
+    launcher, owner, name, pfactory, sync = sys.argv[1:6]
+    os.environ.setdefault("RCP_IDLE_TIMEOUT", "10")  # TorchRL's RPC nodes' idle bound
+    watch = Descendants()
+    try:
+        result = run(launcher, owner, name, pfactory == "1", sync == "1")
+    finally:
+        started = watch.stop()
+    sys.stdout.write(json.dumps({**result, "started": started}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
