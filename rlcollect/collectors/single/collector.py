@@ -23,7 +23,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
-from rlcollect.collectors.policy.acceleration import PolicyAcceleration
+from rlcollect.collectors.policy.acceleration import PolicyAcceleration, RequestedAcceleration
 from rlcollect.collectors.policy.env_transforms import register_policy_transforms
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
@@ -117,9 +117,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         compile_policy: True or a dict of `torch.compile` keyword arguments: every step runs
             the policy compiled (TorchRL's `warmup` key is accepted; the probe call at
             construction runs uncompiled). Weight updates reach the compiled policy.
+            `compiled_policy` (bool) and `compiled_policy_kwargs` (the dict given, else
+            `{}`) say what was asked, as TorchRL's attributes do.
         cudagraph_policy: True or a dict of `tensordict.nn.CudaGraphModule` keyword
             arguments: with CUDA the policy is captured in a CUDA graph (after
             `compile_policy`); without CUDA it runs as it is, with a warning, as TorchRL's.
+            `cudagraphed_policy` and `cudagraphed_policy_kwargs` say what was asked.
         no_cuda_sync: True or False (default); this collector makes no explicit CUDA
             synchronisation call, so there is none to skip.
         interruptor: TorchRL's `_Interruptor` (any object with `collection_stopped()`),
@@ -290,6 +293,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         self.no_cuda_sync = no_cuda_sync
         self.interruptor = interruptor
         acceleration = PolicyAcceleration.validate(compile_policy, cudagraph_policy)
+        (
+            self.compiled_policy,
+            self.compiled_policy_kwargs,
+            self.cudagraphed_policy,
+            self.cudagraphed_policy_kwargs,
+        ) = RequestedAcceleration.of(compile_policy, cudagraph_policy)
         self.inference_mode = inference_mode
         self._pre_collect_hook = pre_collect_hook
         policy = policy_or_map(
