@@ -1,9 +1,8 @@
-"""Parts for the side-by-side tests of TorchRL-facing behaviour of the multi-process collectors
-(the compile attributes, a compile backend that records where it compiled, an env maker
-holding a shared `multiprocessing` counter), and
-TorchRL's side of them, run as a script in a child of the script zygote (as
-`torchrl_side.py` runs TorchRL's collectors: their queues' semaphores are not charged to ours
-by the leak checks; its workers are forked).
+"""Parts for the side-by-side tests of TorchRL-facing behaviour of the collectors (the compile
+attributes, a compile backend that records where it compiled, an env maker holding a shared
+`multiprocessing` counter), and TorchRL's side of them, run as a script in a child of the
+script zygote (as `torchrl_side.py` runs TorchRL's collectors: their queues' semaphores are
+not charged to ours by the leak checks; its workers are forked).
 
 Both sides build their collectors over the same parts, defined here: a TorchRL CartPole whose
 episodes last 5 steps and whose resets are counted by TorchRL's `TrajCounter`, handed over as
