@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-import cloudpickle
 import torch
 from tensordict import TensorDictBase
 
@@ -16,6 +15,7 @@ from rlcollect.envs.base import EnvBase
 from rlcollect.envs.parallel_worker import SEED_REPLY, Command, describe_command, run_worker
 from rlcollect.envs.serial import CreateEnvFn, CreateEnvKwargs, env_factories
 from rlcollect.envs.specs import batch_spec
+from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import (
     WorkerHandle,
     encode,
@@ -41,7 +41,8 @@ class ParallelEnv(EnvBase):
     every worker (seconds each). The fork server is started once per process with this module
     preloaded, so each later worker is forked from a clean, torch-ready process in milliseconds.
     As with "spawn", a script that builds a `ParallelEnv` needs an `if __name__ == "__main__":`
-    guard. `create_env_fn` travels with cloudpickle, so lambdas and closures work.
+    guard. `create_env_fn` travels with cloudpickle, so lambdas and closures work (and
+    multiprocessing's shared objects it holds are shared: `rlcollect.runtime.payload`).
 
     Failures: an exception in a sub-env, or the death of a worker, raises
     `rlcollect.errors.WorkerError` in the parent (with the worker's traceback) and closes the
@@ -79,7 +80,7 @@ class ParallelEnv(EnvBase):
         startup_timeout: float = 300.0,
     ) -> None:
         factories = env_factories(num_workers, create_env_fn, create_env_kwargs)
-        payloads = [cloudpickle.dumps(factory) for factory in factories]
+        payloads = [WorkerPayload(factory) for factory in factories]
         context = worker_context(mp_start_method)
         self.num_workers = num_workers
         self._workers: list[WorkerHandle] = []

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rlcollect.envs.base import EnvBase
+from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
 SEED_REPLY = struct.Struct("<q")
@@ -47,12 +48,12 @@ describe_command = command_describer(
 # --- worker process ---------------------------------------------------------------------------
 
 
-def run_worker(index: int, connection: Connection, factory_bytes: bytes) -> None:
+def run_worker(index: int, connection: Connection, factory: WorkerPayload) -> None:
     """Serve one sub-env (the target `bootstrap` runs): build it, report its description,
     answer commands. A worker whose parent is gone (its pipe closed) closes its env and exits.
     """
     try:
-        env = pickle.loads(factory_bytes)()
+        env = factory.load()()
         description = pickle.dumps(describe(env))
     except BaseException as err:  # sys.exit() in a factory is reported like any error
         connection.send_bytes(error_reply(err, "creating the sub-env"))

@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-import cloudpickle
 import torch
 
 from rlcollect.collectors.evaluation.settings import EvaluationSettings
@@ -45,6 +44,7 @@ from rlcollect.collectors.weights.schemes import (
     check_schemes,
 )
 from rlcollect.errors import WorkerError, WorkerRaisedError
+from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import (
     WorkerHandle,
     encode,
@@ -91,7 +91,7 @@ class ProcessBackend:
         startup_timeout: float = 300.0,
     ) -> None:
         self.scheme = policy_scheme(weight_sync_schemes)
-        self._spec_bytes = cloudpickle.dumps(
+        self._spec = WorkerPayload(
             EvaluationWorkerSpec(env_factory, policy_factory, settings, self.scheme, init_fn)
         )
         self._context = worker_context(mp_start_method)
@@ -153,7 +153,7 @@ class ProcessBackend:
             0,
             self._context,
             run_evaluation_worker,
-            (self._spec_bytes,),
+            (self._spec,),
             name="rlcollect-evaluation-worker",
             daemon=False,  # its env may start processes of its own (a ParallelEnv)
             describe=describe_command,

@@ -18,7 +18,9 @@ from rlcollect.collectors.weights.schemes import WeightSyncScheme
 
 @dataclass
 class EvaluationWorkerSpec:
-    """What the worker builds its runner from; travels with cloudpickle (lambdas work)."""
+    """What the worker builds its runner from. To a worker process it travels as a
+    `WorkerPayload` (cloudpickle, so lambdas work; multiprocessing's shared objects in the env
+    factory are shared), to a Ray actor as Ray pickles it."""
 
     env_factory: Callable[[], Any]
     policy_factory: Callable[..., Any]

@@ -19,6 +19,7 @@ from rlcollect.collectors.evaluation.runner import EpisodeRunner
 from rlcollect.collectors.evaluation.spec import EvaluationWorkerSpec
 from rlcollect.collectors.policy.weights import state_layout
 from rlcollect.collectors.weights.schemes import POLICY_MODEL_ID, WeightSyncScheme
+from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
 
@@ -36,11 +37,11 @@ describe_command = command_describer(
 )
 
 
-def run_evaluation_worker(index: int, connection: Connection, spec_bytes: bytes) -> None:
+def run_evaluation_worker(index: int, connection: Connection, payload: WorkerPayload) -> None:
     """Serve one runner (the target `bootstrap` runs): build it, report its weights layout,
     answer commands until `CLOSE` or until the parent's pipe closes, then close it."""
     try:
-        spec: EvaluationWorkerSpec = pickle.loads(spec_bytes)
+        spec: EvaluationWorkerSpec = payload.load()
         runner = spec.build()
         layout = state_layout(runner.policy_state())
     except BaseException as err:  # sys.exit() in a factory is reported like any error

@@ -42,6 +42,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
+from rlcollect.collectors.policy.acceleration import RequestedAcceleration
 from rlcollect.collectors.policy.policy_map import policy_or_map
 from rlcollect.collectors.policy.weights import WeightsLayout
 from rlcollect.collectors.single.collector import Collector
@@ -157,6 +158,15 @@ class MultiCollectorBase(MultiCollectorControl):
             for index in range(num_workers)
         )
         check_options(collector_class, collector_options)
+        # TorchRL's attributes; the workers' collectors compile (checked here, before any starts).
+        (
+            self.compiled_policy,
+            self.compiled_policy_kwargs,
+            self.cudagraphed_policy,
+            self.cudagraphed_policy_kwargs,
+        ) = RequestedAcceleration.of(
+            collector_options.get("compile_policy"), collector_options.get("cudagraph_policy")
+        )
         self._options_given = dict(collector_options)
         self.options = BatchOptions.validate(
             postproc=postproc,

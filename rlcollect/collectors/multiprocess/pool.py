@@ -20,7 +20,6 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.children import RESTART_ID_GAP
@@ -33,6 +32,7 @@ from rlcollect.collectors.multiprocess.worker import (
     run_collector_worker,
 )
 from rlcollect.errors import MisuseError, WorkerError, WorkerRaisedError, WorkerTimeoutError
+from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import (
     HEADER,
     LIVENESS_INTERVAL,
@@ -219,14 +219,15 @@ class WorkerPool:
         spec = self.specs[index]
         shared, spec.shared = spec.shared, {}
         try:
-            spec_bytes = cloudpickle.dumps(spec)
+            # Packed again at each start: a restarted worker gets the shared objects too.
+            payload = WorkerPayload(spec)
         finally:
             spec.shared = shared
         handle = WorkerHandle(
             index,
             self.context,
             run_collector_worker,
-            (spec_bytes, shared),
+            (payload, shared),
             name=f"rlcollect-collector-worker-{index}",
             daemon=False,  # a worker may run a ParallelEnv or workers of its own
             num_threads=self.num_sub_threads,

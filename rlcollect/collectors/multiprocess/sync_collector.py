@@ -92,7 +92,9 @@ class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
         store_obs_once: ours (see `Collector`); here, on the gathered batch.
         mp_start_method: "forkserver" (default where available) or "spawn".
         **collector_options: any other option of `collector_class` (devices also as one
-            value per worker).
+            value per worker). `compile_policy` / `cudagraph_policy` compile the policy in
+            each worker; `compiled_policy` and `compiled_policy_kwargs` (TorchRL's) say
+            what was asked.
 
     In a script, build it under `if __name__ == "__main__":`: worker processes import the
     main script again, and must not build collectors of their own when they do.

@@ -26,6 +26,7 @@ from rlcollect.collectors.children import env_attribute
 from rlcollect.collectors.devices import finish_cuda_copies
 from rlcollect.collectors.stacked_carrier import holds_stacked_steps
 from rlcollect.envs.non_tensor import non_tensor_keys
+from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import HEADER, OK, command_describer, error_reply, serve_commands
 
 # Reply to COLLECT: frames in the batch, the policy version that produced it, and whether the
@@ -73,8 +74,9 @@ describe_command = command_describer(
 
 @dataclass
 class WorkerSpec:
-    """Everything a worker needs to build its collector; travels with cloudpickle (so lambdas
-    and closures work), apart from `shared`, which multiprocessing's pickler sends as handles.
+    """Everything a worker needs to build its collector; travels as a `WorkerPayload`
+    (cloudpickle, so lambdas and closures work; multiprocessing's shared objects in an env
+    maker are shared), apart from `shared`, which multiprocessing's pickler sends as handles.
     """
 
     collector_class: Callable[..., Any]
@@ -141,12 +143,12 @@ def _is_single_collector(collector_class: Any) -> bool:
 
 
 def run_collector_worker(
-    index: int, connection: Connection, spec_bytes: bytes, shared: Any
+    index: int, connection: Connection, payload: WorkerPayload, shared: Any
 ) -> None:
     """Serve one collector (the target `bootstrap` runs): build it, report its batch size,
     answer commands until `CLOSE` or until the parent's pipe closes, then shut it down."""
     try:
-        spec: WorkerSpec = pickle.loads(spec_bytes)
+        spec: WorkerSpec = payload.load()
         spec.shared = shared
         collector = spec.build()
         ready = {"frames_per_batch": collector.frames_per_batch}

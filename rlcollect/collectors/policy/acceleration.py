@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -28,6 +28,34 @@ def _options(name: str, value: Any) -> dict[str, Any] | None:
         f"{name} must be True, False, None or a dict of keyword arguments; got {value!r} "
         f"({type(value).__name__})."
     )
+
+
+class RequestedAcceleration(NamedTuple):
+    """TorchRL's collector attributes for `compile_policy` / `cudagraph_policy`, as asked:
+    whether each was asked (`True` or a dict), and its keyword arguments (the dict given, else
+    an empty one). Code written for TorchRL's collectors reads them."""
+
+    compiled_policy: bool
+    compiled_policy_kwargs: Mapping[str, Any]
+    cudagraphed_policy: bool
+    cudagraphed_policy_kwargs: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, compile_policy: Any, cudagraph_policy: Any) -> RequestedAcceleration:
+        """The attributes for these arguments, checked as `PolicyAcceleration` checks them
+        (a collector whose workers compile checks them before starting any).
+
+        Raises:
+            TypeError: when either is not True, False, None or a dict.
+        """
+        _options("compile_policy", compile_policy)
+        _options("cudagraph_policy", cudagraph_policy)
+        return cls(
+            compile_policy not in (None, False),
+            compile_policy if isinstance(compile_policy, Mapping) else {},
+            cudagraph_policy not in (None, False),
+            cudagraph_policy if isinstance(cudagraph_policy, Mapping) else {},
+        )
 
 
 @dataclass(frozen=True)

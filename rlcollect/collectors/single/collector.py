@@ -23,7 +23,7 @@ from rlcollect.collectors.options import (
     round_to_batches,
     validate_frames,
 )
-from rlcollect.collectors.policy.acceleration import PolicyAcceleration
+from rlcollect.collectors.policy.acceleration import PolicyAcceleration, RequestedAcceleration
 from rlcollect.collectors.policy.env_transforms import register_policy_transforms
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.policy.policy_map import bind_policy_map, policy_or_map
@@ -126,9 +126,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         compile_policy: True or a dict of `torch.compile` keyword arguments: every step runs
             the policy compiled (TorchRL's `warmup` key is accepted; the probe call at
             construction runs uncompiled). Weight updates reach the compiled policy.
+            `compiled_policy` (bool) and `compiled_policy_kwargs` (the dict given, else
+            `{}`) say what was asked, as TorchRL's attributes do.
         cudagraph_policy: True or a dict of `tensordict.nn.CudaGraphModule` keyword
             arguments: with CUDA the policy is captured in a CUDA graph (after
             `compile_policy`); without CUDA it runs as it is, with a warning, as TorchRL's.
+            `cudagraphed_policy` and `cudagraphed_policy_kwargs` say what was asked.
         no_cuda_sync: True or False (default); this collector makes no explicit CUDA
             synchronisation call, so there is none to skip.
         interruptor: TorchRL's `_Interruptor` (any object with `collection_stopped()`),
@@ -299,6 +302,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         self.no_cuda_sync = no_cuda_sync
         self.interruptor = interruptor
         acceleration = PolicyAcceleration.validate(compile_policy, cudagraph_policy)
+        (
+            self.compiled_policy,
+            self.compiled_policy_kwargs,
+            self.cudagraphed_policy,
+            self.cudagraphed_policy_kwargs,
+        ) = RequestedAcceleration.of(compile_policy, cudagraph_policy)
         self.inference_mode = inference_mode
         self._pre_collect_hook = pre_collect_hook
         policy = policy_or_map(
@@ -360,12 +369,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             split_trajs=split_trajs,
         )
         refuse_interruptor_with_whole_episodes(interruptor, sampling)
-        self.env, self.horizon = sampling.env, sampling.horizon
+        self.stepped_env, self.horizon = sampling.env, sampling.horizon
         self.worker_idx = worker_idx
         self.exploration_type = exploration_type
         self.set_truncated = set_truncated
         self.track_policy_version = track_policy_version
-        geometry = BatchGeometry.of(self.env, frames_per_batch, count_steps_by)
+        geometry = BatchGeometry.of(self.stepped_env, frames_per_batch, count_steps_by)
         self.frames_per_step = geometry.frames_per_step
         self.steps_per_batch = geometry.steps_per_batch
         self.frames_per_batch = geometry.frames_per_batch
@@ -409,12 +418,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
     ) -> None:
         """The policy on its device, the carrier with the trajectory views, the per-step
         callables, and the assembler of whole episodes."""
-        views = TrajectoryViews.resolve(view_requirements, policy, self.env)
+        views = TrajectoryViews.resolve(view_requirements, policy, self.stepped_env)
         if views is not None:
             self.options.run_first(views.batch_steps())
             observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
-        action_keys = list(self.env.action_keys)
-        lend_exploration_spec(policy, self.env)  # before: the holder may copy the policy
+        action_keys = list(self.stepped_env.action_keys)
+        lend_exploration_spec(policy, self.stepped_env)  # before: the holder may copy the policy
         self.policy = PolicyHolder(
             policy,
             observation_keys,
@@ -423,14 +432,14 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             acceleration,
             device_is_explicit=self.devices.policy_is_explicit,
         )
-        lend_action_spec(policy, self.env)  # after: the holder draws random actions for it
+        lend_action_spec(policy, self.stepped_env)  # after: the holder draws random actions for it
         # Envs whose entries differ in shape (heterogeneous agents, dynamic specs) stack one
         # TensorDict a step; every other env keeps the dense, preallocated carrier. The
         # stacked layout has the methods the loop and the collector call (duck-typed).
-        dense = fits_one_buffer(self.env)
+        dense = fits_one_buffer(self.stepped_env)
         layout_class = CarrierLayout if dense else StackedCarrierLayout
         self.layout = layout_class.build(  # type: ignore[assignment]
-            self.env,
+            self.stepped_env,
             self.policy,
             self.steps_per_batch,
             self.devices,
@@ -440,13 +449,15 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         )
         mode = sampling.episode_mode
         self._whole_episodes = (
-            None if mode is None else EpisodeAssembler(mode, end_flag_keys(self.env.done_keys))
+            None
+            if mode is None
+            else EpisodeAssembler(mode, end_flag_keys(self.stepped_env.done_keys))
         )
         if dense and self.policy.module is not None and len(action_keys) == 1:
             warn_if_action_misfits(
-                self.env.full_action_spec[action_keys[0]],
+                self.stepped_env.full_action_spec[action_keys[0]],
                 self.layout.carrier.get(action_keys[0]),
-                len(self.env.batch_size),
+                len(self.stepped_env.batch_size),
                 action_keys[0],
             )
         if self._whole_episodes is not None:  # cut by a reset: they never end
@@ -460,7 +471,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             interruptor=self.interruptor,
         )
         self.loop = RolloutLoop(
-            self.env, self.layout, self.policy, self.steps_per_batch, self.stream, flags
+            self.stepped_env, self.layout, self.policy, self.steps_per_batch, self.stream, flags
         )
 
     def _round_total(self, argument: str, frames: int) -> int:
@@ -707,7 +718,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             self._background.shutdown(timeout)
         finally:
             if close_env and not self._background.is_running:
-                self.env.close()
+                self.stepped_env.close()
 
     def _shut_down(self, timeout: float | None, close_env: bool) -> None:
         """Stop any background collection and close the env."""
@@ -715,6 +726,6 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
 
     def __repr__(self) -> str:
         return (
-            f"Collector(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
+            f"Collector(env={self.stepped_env!r}, frames_per_batch={self.frames_per_batch}, "
             f"total_frames={self.total_frames}, frames={self.frames})"
         )

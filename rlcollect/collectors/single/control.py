@@ -43,7 +43,7 @@ class CollectorControl(CollectorBase):
     """Weights, state, seeding, profiling and statistics of a `Collector` (see there)."""
 
     # Set by `Collector.__init__`.
-    env: Any
+    stepped_env: Any  # the env the loop steps: ours, or our adapter around a TorchRL env
     policy: PolicyHolder
     options: BatchOptions
     worker_idx: int | None
@@ -85,8 +85,18 @@ class CollectorControl(CollectorBase):
         are the ones used."""
         return self.policy.module
 
+    @property
+    def env(self) -> Any:
+        """The env as its user knows it (TorchRL's `collector.env`): a TorchRL env handed
+        over is that env itself, with the transforms appended for the policy, not the
+        adapter the loop steps (`stepped_env`); one of ours is the env the loop steps."""
+        env = self.stepped_env
+        while isinstance(env, StepLimit):
+            env = env.env
+        return env.env if isinstance(env, TorchRLEnv) else self.stepped_env
+
     def getattr_env(self, attr: str) -> Any:
-        """An attribute of the env the collector steps (TorchRL's)."""
+        """An attribute of the env (TorchRL's)."""
         return getattr(self.env, attr)
 
     def _update_weights(
@@ -184,8 +194,8 @@ class CollectorControl(CollectorBase):
             "policy_state_dict": self.policy.state_dict(),
             "episode_stats": self.stream.episodes.state_dict(),
         }
-        if hasattr(self.env, "state_dict"):
-            state["env_state_dict"] = self.env.state_dict()
+        if hasattr(self.stepped_env, "state_dict"):
+            state["env_state_dict"] = self.stepped_env.state_dict()
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -198,8 +208,8 @@ class CollectorControl(CollectorBase):
             self.stream.trajectories.next_id, int(state["next_traj_id"])
         )
         self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
-        if "env_state_dict" in state and hasattr(self.env, "load_state_dict"):
-            self.env.load_state_dict(state["env_state_dict"])
+        if "env_state_dict" in state and hasattr(self.stepped_env, "load_state_dict"):
+            self.stepped_env.load_state_dict(state["env_state_dict"])
         if "episode_stats" in state:  # absent from checkpoints of earlier versions
             self.stream.episodes.load_state_dict(state["episode_stats"])
         self.stream.needs_reset = True
@@ -215,17 +225,18 @@ class CollectorControl(CollectorBase):
         """
         self._check_idle("set_seed()")
         self.stream.needs_reset = True
+        env = self.stepped_env
         if not static_seed:
-            return self.env.set_seed(seed)
-        if is_torchrl_env(self.env):
-            return self.env.set_seed(seed, static_seed=True)
-        if self.env.batch_size.numel() > 1:
+            return env.set_seed(seed)
+        if is_torchrl_env(env):
+            return env.set_seed(seed, static_seed=True)
+        if env.batch_size.numel() > 1:
             raise ValueError(
                 f"set_seed(static_seed=True) gives every sub-env the same seed, but this env's "
-                f"{self.env.batch_size.numel()} sub-envs are always seeded apart (seed + i); "
+                f"{env.batch_size.numel()} sub-envs are always seeded apart (seed + i); "
                 "use static_seed=False."
             )
-        self.env.set_seed(seed)
+        env.set_seed(seed)
         return seed
 
     def reset(self, index: Any = None) -> None:
@@ -247,7 +258,7 @@ class CollectorControl(CollectorBase):
 
     def _sub_env_mask(self, index: Any) -> torch.Tensor:
         """`index` as a bool mask over the env batch, checked."""
-        batch_size = self.env.batch_size
+        batch_size = self.stepped_env.batch_size
         if not batch_size:
             raise ValueError(
                 f"reset(index={index!r}): the env has no batch of sub-envs to index; call "
@@ -408,7 +419,7 @@ class _ModelRoot:
         env = collector.env
         while isinstance(env, StepLimit):
             env = env.env
-        self.env = env.env if isinstance(env, TorchRLEnv) else env
+        self.env = env
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._collector, name)
