@@ -161,3 +161,14 @@ def test_replay_benchmark_quick_run_prints_the_table() -> None:
     output = run("replay.py", "--quick")
     for row in ("tensor+random", "memmap+random", "tensor+prioritized", "ratio"):
         assert row in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rllib_benchmark_quick() -> None:
+    pytest.importorskip(
+        "ray.rllib", reason="RLlib is not importable: install the rllib extra", exc_type=ImportError
+    )
+    output = run("rllib.py", "--quick", "--envs", "1", "8", "--frames", "200")
+    assert "ours/RLlib" in output
+    assert "target >= 3x RLlib's runner at 8 envs" in output
