@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -9,11 +10,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-
-
-def fresh_start(observation: Any, info: dict) -> SingleAgentEpisode:
-    """An episode just reset: its first observation and info, no step yet (a new `id_`)."""
-    return SingleAgentEpisode(observations=[observation], infos=[info], len_lookback_buffer=0)
 
 
 def _with_lookback(lookback: Any, steps: np.ndarray) -> np.ndarray:
@@ -43,17 +39,20 @@ class ChunkSteps:
 
 
 def build_chunk(
-    start: SingleAgentEpisode,
+    start: SingleAgentEpisode | None,
     steps: ChunkSteps,
     spaces: tuple[gym.Space, gym.Space],
     to_numpy: bool,
 ) -> SingleAgentEpisode:
-    """The chunk that continues `start` (a fresh episode or a cut one) with `steps`: the same
-    `id_` and `t_started`, `start`'s lookback in front, NumPy columns when `to_numpy`.
+    """The chunk that continues `start` (a cut chunk; None: an episode just reset) with
+    `steps`: the same `id_` and `t_started`, `start`'s lookback in front, NumPy columns when
+    `to_numpy`.
 
     `start` is left as it was (the chunk is a new object), so a chunk handed to RLlib shares no
     buffer with the runner.
     """
+    if start is None:
+        return _first_chunk(steps, spaces, to_numpy)
     lookback = len(start.actions.data)  # `start` has no step of its own: all it holds is lookback
     observation_space, action_space = spaces
     extras = {}
@@ -75,6 +74,31 @@ def build_chunk(
         action_space=action_space,
     )
     chunk._custom_data = start.custom_data
+    chunk._start_time = steps.first_step_time
+    chunk._last_step_time = steps.last_step_time
+    if not to_numpy:
+        _as_lists(chunk)
+    return chunk
+
+
+def _first_chunk(
+    steps: ChunkSteps, spaces: tuple[gym.Space, gym.Space], to_numpy: bool
+) -> SingleAgentEpisode:
+    """The first chunk of an episode: a new `id_`, from its reset, no lookback."""
+    chunk = SingleAgentEpisode(
+        id_=uuid.uuid4().hex,
+        observations=steps.observations,
+        infos=steps.infos,
+        actions=steps.actions,
+        rewards=steps.rewards,
+        extra_model_outputs=steps.extra_model_outputs,
+        terminated=steps.terminated,
+        truncated=steps.truncated,
+        t_started=0,
+        len_lookback_buffer=0,
+        observation_space=spaces[0],
+        action_space=spaces[1],
+    )
     chunk._start_time = steps.first_step_time
     chunk._last_step_time = steps.last_step_time
     if not to_numpy:

@@ -12,7 +12,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
-from rlcollect.rllib.episode_chunks import ChunkSteps, build_chunk, fresh_start
+from rlcollect.rllib.episode_chunks import ChunkSteps, build_chunk
 from rlcollect.rllib.module_step import ModuleStep
 from rlcollect.rllib.step_columns import StepColumns
 
@@ -62,7 +62,8 @@ class FastSampler:
         self._columns = StepColumns(1)
         self._observations: np.ndarray | None = None
         self._infos: list[dict] = []
-        self.starts: list[SingleAgentEpisode] = []
+        # Per sub-env, what its next chunk continues: a cut chunk, or None after a reset.
+        self.starts: list[SingleAgentEpisode | None] = []
         self._seq_row = np.zeros(host.num_envs, dtype=np.int64)
 
     def reset(self, seed: int | None) -> None:
@@ -70,7 +71,7 @@ class FastSampler:
         observations, infos = self._host.try_env_reset(None, seed=seed)
         self._observations = np.array(observations)
         self._infos = list(infos)
-        self.starts = [fresh_start(self._observations[i], infos[i]) for i in range(len(infos))]
+        self.starts = [None] * len(self._infos)
 
     def sample_steps(
         self,
@@ -201,7 +202,7 @@ class FastSampler:
         infos = list(self._infos)
         for index in np.flatnonzero(done):
             infos[index] = reset_infos[index]
-            self.starts[index] = fresh_start(observations[index], infos[index])
+            self.starts[index] = None
             self._segment_start[index] = row + 1
         self._observations, self._infos = observations, infos
         return finished
