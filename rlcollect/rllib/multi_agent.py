@@ -135,6 +135,7 @@ class MultiAgentEnvRunner(RunnerBase):
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             seed = self._seed if self._needs_initial_reset else None
             self._tally.forget_ongoing()
+            self._earlier_chunks.clear()
             sampler.reset(seed, explore)
             self._needs_initial_reset = False
         if num_episodes is not None:
@@ -147,6 +148,7 @@ class MultiAgentEnvRunner(RunnerBase):
             t=self._exploration_timestep,
             weights_seq_no=self._weights_seq_no,
         )
+        self._remember_chunks(finished, ongoing)
         for chunk in finished:
             self._tally.add_finished(chunk)
         for chunk in ongoing:

@@ -55,6 +55,9 @@ class RunnerBase(EnvRunner, Checkpointable):
         self._env_runner_state_server: Any = None
         self._env_step_seconds = 0.0
         self._env_steps_tried = 0
+        # The chunks already handed out of each ongoing episode (`on_episode_end` gets them as
+        # `prev_episode_chunks`, as from RLlib's runners).
+        self._earlier_chunks: dict[str, list[Any]] = {}
 
     def _builds_env(self) -> bool:
         """Whether this runner samples: remote runners do; the local one when asked to."""
@@ -159,6 +162,13 @@ class RunnerBase(EnvRunner, Checkpointable):
             self.metrics.log_value(ENV_STEP_TIMER, self._env_step_seconds / self._env_steps_tried)
             self._log_env_steps(self._metrics_num_try_env_step, self._env_steps_tried)
 
+    def _remember_chunks(self, finished: list[Any], ongoing: list[Any]) -> None:
+        """Keep the ongoing chunks until their episode finishes."""
+        for chunk in finished:
+            self._earlier_chunks.pop(chunk.id_, None)
+        for chunk in ongoing:
+            self._earlier_chunks.setdefault(chunk.id_, []).append(chunk)
+
     # --- the env, with RLlib's fault tolerance ------------------------------------------------
 
     def try_env_step(self, actions: Any) -> tuple | None:
@@ -194,7 +204,7 @@ class RunnerBase(EnvRunner, Checkpointable):
             "env_index": index,
         }
         if which == "on_episode_end":
-            kwargs["prev_episode_chunks"] = []
+            kwargs["prev_episode_chunks"] = self._earlier_chunks.get(episodes[index].id_, [])
         make_callback(
             which,
             callbacks_objects=self._callbacks,

@@ -147,6 +147,8 @@ class SingleAgentEnvRunner(RunnerBase):
             finished, ongoing, steps = self._run_fast(sampler, num_timesteps, num_episodes, kwargs)
         else:
             finished, ongoing, steps = sampler.sample(num_timesteps, num_episodes, **kwargs)
+        if isinstance(sampler, PipelineSampler):  # only episode callbacks read earlier chunks
+            self._remember_chunks(finished, ongoing)
         for chunk in finished:
             self._tally.add_finished(chunk)
         for chunk in ongoing:
@@ -171,6 +173,7 @@ class SingleAgentEnvRunner(RunnerBase):
     def _reset_sampler(self, sampler: FastSampler | PipelineSampler, explore: bool) -> None:
         seed = self._seed if self._needs_initial_reset else None
         self._tally.forget_ongoing()
+        self._earlier_chunks.clear()
         if isinstance(sampler, FastSampler):
             sampler.reset(seed)
         else:

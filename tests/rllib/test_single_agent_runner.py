@@ -15,6 +15,7 @@ pytest.importorskip(
 )
 
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.connectors.env_to_module import MeanStdFilter
 from ray.rllib.core import COMPONENT_ENV_TO_MODULE_CONNECTOR, COMPONENT_RL_MODULE
 from ray.rllib.core.columns import Columns
@@ -292,3 +293,27 @@ def test_a_failing_step_names_the_fault_tolerance_setting():
     runner.env.step = lambda actions: (_ for _ in ()).throw(OSError("the simulator died"))
     with pytest.raises(RuntimeError, match=r"restart_failed_sub_environments=True"):
         runner.sample(num_timesteps=2)
+
+
+class EpisodeEndRecorder(RLlibCallback):
+    """Records, at each episode end, the episode's length over all its chunks."""
+
+    lengths: list[tuple[int, int]] = []
+
+    def on_episode_end(self, *, episode, prev_episode_chunks=None, **kwargs) -> None:
+        earlier = sum(len(chunk) for chunk in prev_episode_chunks or [])
+        self.lengths.append((earlier, len(episode)))
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+def test_episode_callbacks_see_live_episodes_and_earlier_chunks():
+    EpisodeEndRecorder.lengths = []
+    config = cartpole_config(2).callbacks(EpisodeEndRecorder)
+    runner = build(SingleAgentEnvRunner, config)
+    assert not runner.uses_fast_path
+    for _ in range(8):
+        runner.sample(num_timesteps=10)
+    assert EpisodeEndRecorder.lengths
+    # Some episode spanned several 5-step chunks: its end sees the earlier ones.
+    assert any(earlier > 0 for earlier, _ in EpisodeEndRecorder.lengths)
+    runner.stop()
