@@ -44,6 +44,21 @@ class MultiAgentEnvRunner(RunnerBase):
 
     Raises:
         ValueError: the config is not multi-agent.
+
+    Examples:
+        >>> from ray.rllib.algorithms.ppo import PPOConfig
+        >>> from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+        >>> config = (
+        ...     PPOConfig()
+        ...     .environment(MultiAgentCartPole, env_config={"num_agents": 2})
+        ...     .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda a, *_, **__: f"p{a}")
+        ...     .env_runners(env_runner_cls=MultiAgentEnvRunner)
+        ... )
+        >>> runner = MultiAgentEnvRunner(config=config, worker_index=1)
+        >>> episodes = runner.sample(num_timesteps=10)
+        >>> sum(episode.env_steps() for episode in episodes)
+        10
+        >>> runner.stop()
     """
 
     def __init__(self, *, config: Any, **kwargs: Any) -> None:

@@ -46,6 +46,19 @@ class SingleAgentEnvRunner(RunnerBase):
     Keyword Args:
         worker_index: 0 for the Algorithm's local runner, 1, 2, ... for remote ones.
         **kwargs: what RLlib's EnvRunnerGroup passes (num_workers, spaces, tune_trial_id).
+
+    Examples:
+        >>> from ray.rllib.algorithms.ppo import PPOConfig
+        >>> config = PPOConfig().environment("CartPole-v1").env_runners(
+        ...     env_runner_cls=SingleAgentEnvRunner, num_envs_per_env_runner=2
+        ... )
+        >>> runner = SingleAgentEnvRunner(config=config, worker_index=1)
+        >>> runner.uses_fast_path
+        True
+        >>> episodes = runner.sample(num_timesteps=10)
+        >>> 10 <= sum(len(episode) for episode in episodes) < 12
+        True
+        >>> runner.stop()
     """
 
     #: Set to False (e.g. on a subclass) to run every config through RLlib's pipelines.
