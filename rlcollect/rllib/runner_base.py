@@ -29,6 +29,11 @@ from ray.rllib.utils.metrics import (
 logger = logging.getLogger(__name__)
 
 
+class SampleArgumentError(ValueError, AssertionError):
+    """Bad counts given to `sample()`: a ValueError, and an AssertionError too, since RLlib's
+    own runners assert on them (code and tests written against RLlib's runners catch that)."""
+
+
 class RunnerBase(EnvRunner, Checkpointable):
     """RLlib's EnvRunner contract around a subclass's `_sample()`: the counts the config
     implies, explore, the state server, `on_sample_end`, connector and module state (weights
@@ -143,12 +148,12 @@ class RunnerBase(EnvRunner, Checkpointable):
                 "runner, or set config.env_runners(create_env_on_local_worker=True)."
             )
         if num_timesteps is not None and num_episodes is not None:
-            raise ValueError(
+            raise SampleArgumentError(
                 f"num_timesteps={num_timesteps} and num_episodes={num_episodes}: give one of them."
             )
         for name, value in (("num_timesteps", num_timesteps), ("num_episodes", num_episodes)):
             if value is not None and value < 0:
-                raise ValueError(f"{name}={value} is negative; give a count >= 0.")
+                raise SampleArgumentError(f"{name}={value} is negative; give a count >= 0.")
 
     def _exploration_timestep(self, steps_this_sample: int) -> int:
         """The global env step a module's exploration schedule reads (RLlib's estimate: this

@@ -281,6 +281,9 @@ def test_sample_refuses_both_counts():
         runner.sample(num_timesteps=5, num_episodes=1)
     with pytest.raises(ValueError, match=r"num_timesteps=-1 is negative"):
         runner.sample(num_timesteps=-1)
+    # RLlib's runners assert on these; code catching AssertionError still catches ours.
+    with pytest.raises(AssertionError, match=r"give one of them"):
+        runner.sample(num_timesteps=5, num_episodes=1)
     runner.stop()
 
 
