@@ -1,3 +1,19 @@
 """The test run's plugins, for every test path (tests/ and the doctests of rlcollect/)."""
 
+from pathlib import Path
+
+import pytest
+
 pytest_plugins = ["tests.ray_session"]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """rlcollect/rllib (its doctests) needs the `rllib` extra; without it, skip collecting it
+    (tests/rllib skips itself, saying why)."""
+    if not collection_path.is_relative_to(config.rootpath / "rlcollect" / "rllib"):
+        return None
+    try:
+        import ray.rllib  # noqa: F401
+    except ImportError:
+        return True
+    return None

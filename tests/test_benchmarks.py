@@ -197,3 +197,14 @@ def test_gpu_benchmark_quick_on_cpu(tmp_path: Path) -> None:
         in table
     )
     assert table.count("n/a (no CUDA)") == 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rllib_benchmark_quick() -> None:
+    pytest.importorskip(
+        "ray.rllib", reason="RLlib is not importable: install the rllib extra", exc_type=ImportError
+    )
+    output = run("rllib.py", "--quick", "--envs", "1", "8", "--frames", "200")
+    assert "ours/RLlib" in output
+    assert "target >= 3x RLlib's runner at 8 envs" in output

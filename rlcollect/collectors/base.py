@@ -36,8 +36,8 @@ from rlcollect.collectors.sampling.episode_sampler import (
     SampledEpisode,
     check_sample_arguments,
 )
-from rlcollect.collectors.torchrl_abc import register_as_torchrl_collectors
 from rlcollect.collectors.scheme_receivers import SchemeReceivers, sets_itself_up
+from rlcollect.collectors.torchrl_abc import register_as_torchrl_collectors
 from rlcollect.errors import MisuseError
 
 POLICY_MODEL_ID = "policy"

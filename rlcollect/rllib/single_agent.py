@@ -1,0 +1,260 @@
+"""`SingleAgentEnvRunner`: RLlib's single-agent EnvRunner contract, sampled by rlcollect's loop."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.callbacks.utils import make_callback
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.metrics import ENV_RESET_TIMER
+
+from rlcollect.rllib.env_building import env_context, make_vector_env
+from rlcollect.rllib.fast_path import fast_path_blocker
+from rlcollect.rllib.fast_sampler import EnvRebuiltError, FastSampler
+from rlcollect.rllib.module_step import ModuleStep
+from rlcollect.rllib.pipeline_sampler import PipelineSampler
+from rlcollect.rllib.runner_base import RunnerBase
+from rlcollect.rllib.sampled_metrics import EpisodeTally, log_sampled
+
+logger = logging.getLogger(__name__)
+
+EPISODE_HOOKS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
+
+
+class SingleAgentEnvRunner(RunnerBase):
+    """An RLlib EnvRunner whose sampling loop is rlcollect's: give it to an Algorithm with
+    `config.env_runners(env_runner_cls=SingleAgentEnvRunner)`.
+
+    RLlib's parts stay RLlib's: the env is built from the config as RLlib builds it, the
+    RLModule from the config's spec, the connector pipelines from the config, and `sample()`
+    returns RLlib's `SingleAgentEpisode` chunks. When both pipelines are RLlib's defaults, the
+    module is not recurrent, no episode callback is set and the observations are one array,
+    the fast path runs: the module on the batched observation tensor, every step written into
+    preallocated NumPy columns, episodes built once per chunk. Otherwise each step runs
+    through RLlib's pipelines on live episodes, with RLlib's semantics.
+
+    Args:
+        config: the Algorithm's config (RLlib passes it).
+
+    Keyword Args:
+        worker_index: 0 for the Algorithm's local runner, 1, 2, ... for remote ones.
+        **kwargs: what RLlib's EnvRunnerGroup passes (num_workers, spaces, tune_trial_id).
+
+    Examples:
+        >>> from ray.rllib.algorithms.ppo import PPOConfig
+        >>> config = PPOConfig().environment("CartPole-v1").env_runners(
+        ...     env_runner_cls=SingleAgentEnvRunner, num_envs_per_env_runner=2
+        ... )
+        >>> runner = SingleAgentEnvRunner(config=config, worker_index=1)
+        >>> runner.uses_fast_path
+        True
+        >>> episodes = runner.sample(num_timesteps=10)
+        >>> 10 <= sum(len(episode) for episode in episodes) < 12
+        True
+        >>> runner.stop()
+    """
+
+    #: Set to False (e.g. on a subclass) to run every config through RLlib's pipelines.
+    allow_fast_path = True
+
+    def __init__(self, *, config: Any, **kwargs: Any) -> None:
+        super().__init__(config=config, **kwargs)
+        self._sampler: FastSampler | PipelineSampler | None = None
+        self._tally = EpisodeTally()
+        if self._builds_env():
+            self.make_env()
+        self._env_to_module = self.config.build_env_to_module_connector(
+            env=self.env, spaces=self.spaces, device=self._device
+        )
+        self.make_module()
+        self._module_to_env = self.config.build_module_to_env_connector(
+            env=self.env, spaces=self.spaces
+        )
+
+    # --- building ------------------------------------------------------------------------------
+
+    def make_env(self) -> None:
+        """(Re)build the vector env from the config; the next `sample()` resets every sub-env."""
+        self._close_env()
+        self.env = make_vector_env(self.config, self.worker_index, self.num_workers)
+        self.num_envs = self.env.num_envs
+        self._needs_initial_reset = True
+        make_callback(
+            "on_environment_created",
+            callbacks_objects=self._callbacks,
+            callbacks_functions=self.config.callbacks_on_environment_created,
+            kwargs={
+                "env_runner": self,
+                "metrics_logger": self.metrics,
+                "env": self.env.unwrapped,
+                "env_context": env_context(self.config, self.worker_index, self.num_workers),
+            },
+        )
+
+    def make_module(self) -> None:
+        """Build the config's RLModule (inference only) on the runner's device."""
+        env = self.env.unwrapped if self.env is not None else None
+        try:
+            spec = self.config.get_rl_module_spec(
+                env=env, spaces=self.get_spaces(), inference_only=True
+            )
+        except NotImplementedError:  # an algorithm without a module: random actions only
+            self.module = None
+        else:
+            self.module = spec.build()
+            self.module.to(self._device)
+        self._sampler = None
+
+    @property
+    def uses_fast_path(self) -> bool:
+        """Whether `sample()` runs the fast path (see the class docstring)."""
+        return isinstance(self._sampler_for_config(), FastSampler)
+
+    def _sampler_for_config(self) -> FastSampler | PipelineSampler:
+        if self._sampler is None:
+            reason = fast_path_blocker(self) if self.allow_fast_path else "allow_fast_path=False"
+            if reason is None:
+                step = ModuleStep(
+                    self.module,
+                    self.env.single_action_space,
+                    normalize_actions=self.config.normalize_actions,
+                    clip_actions=self.config.clip_actions,
+                    device=self._device,
+                )
+                self._sampler = FastSampler(self, step)
+            else:
+                logger.debug("RLlib's pipelines run step by step: %s", reason)
+                self._sampler = PipelineSampler(self)
+            self._needs_initial_reset = True
+        return self._sampler
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    def _sample(
+        self,
+        num_timesteps: int | None,
+        num_episodes: int | None,
+        explore: bool,
+        random_actions: bool,
+        force_reset: bool,
+    ) -> list[SingleAgentEpisode]:
+        sampler = self._sampler_for_config()
+        if force_reset or num_episodes is not None or self._needs_initial_reset:
+            self._reset_sampler(sampler, explore)
+        if num_episodes is not None:
+            self._needs_initial_reset = True
+        kwargs = {
+            "explore": explore,
+            "random_actions": random_actions,
+            "t": self._exploration_timestep,
+            "weights_seq_no": self._weights_seq_no,
+        }
+        if isinstance(sampler, FastSampler):
+            finished, ongoing, steps = self._run_fast(sampler, num_timesteps, num_episodes, kwargs)
+        else:
+            finished, ongoing, steps = sampler.sample(num_timesteps, num_episodes, **kwargs)
+        if isinstance(sampler, PipelineSampler):  # only episode callbacks read earlier chunks
+            self._remember_chunks(finished, ongoing)
+        for chunk in finished:
+            self._tally.add_finished(chunk)
+        for chunk in ongoing:
+            self._tally.add_ongoing(chunk)
+        self._log_env_steps(self._metrics_num_env_steps_sampled, steps)
+        log_sampled(self.metrics, steps, len(finished))
+        return finished + ongoing
+
+    def _run_fast(
+        self,
+        sampler: FastSampler,
+        num_timesteps: int | None,
+        num_episodes: int | None,
+        kwargs: dict[str, Any],
+    ) -> tuple[list[SingleAgentEpisode], list[SingleAgentEpisode], int]:
+        if num_timesteps is not None:
+            steps_per_env = math.ceil(num_timesteps / self.num_envs)
+            return sampler.sample_steps(steps_per_env, **kwargs)
+        finished, steps = sampler.sample_episodes(num_episodes, **kwargs)
+        return finished, [], steps
+
+    def _reset_sampler(self, sampler: FastSampler | PipelineSampler, explore: bool) -> None:
+        seed = self._seed if self._needs_initial_reset else None
+        self._tally.forget_ongoing()
+        self._earlier_chunks.clear()
+        if isinstance(sampler, FastSampler):
+            sampler.reset(seed)
+        else:
+            sampler.reset(seed, explore)
+        self._needs_initial_reset = False
+
+    def try_env_reset(
+        self, mask: np.ndarray | None, seed: int | None = None
+    ) -> tuple[Any, list[dict]]:
+        """Reset every sub-env, or those in the bool `mask` (a masked reset that fails with
+        `restart_failed_sub_environments` rebuilds the env and raises `EnvRebuiltError`)."""
+        options = None if mask is None else {"reset_mask": mask}
+        try:
+            with self.metrics.log_time(ENV_RESET_TIMER):
+                return self.env.reset(seed=seed, options=options)
+        except Exception:
+            if not self.config.restart_failed_sub_environments:
+                raise
+            logger.exception("env.reset() failed; rebuilding the env and resetting every sub-env")
+            self.make_env()
+            if mask is not None:
+                self._needs_initial_reset = False  # the caller resets every sub-env at once
+                raise EnvRebuiltError from None
+            return self.try_env_reset(None, seed=seed)
+
+    def single_spaces(self) -> tuple[gym.Space, gym.Space]:
+        """One sub-env's observation and action spaces."""
+        return self.env.single_observation_space, self.env.single_action_space
+
+    def has_episode_callbacks(self) -> bool:
+        """Whether a callback object or function hooks into episodes (created, start, step, end)."""
+        for hook in EPISODE_HOOKS:
+            if getattr(self.config, f"callbacks_{hook}", None):
+                return True
+            for callback in self._callbacks:
+                if getattr(type(callback), hook) is not getattr(RLlibCallback, hook):
+                    return True
+        return False
+
+    # --- the rest of RLlib's EnvRunner contract ------------------------------------------------
+
+    def get_spaces(self) -> dict[str, Any]:
+        if self.env is None:
+            return self.spaces
+        return {
+            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
+            INPUT_ENV_SINGLE_SPACES: self.single_spaces(),
+            DEFAULT_MODULE_ID: (
+                self._env_to_module.observation_space,
+                self.env.single_action_space,
+            ),
+        }
+
+    def get_metrics(self) -> dict[str, Any]:
+        self._tally.log(
+            self.metrics,
+            self.config.metrics_num_episodes_for_smoothing,
+            self.config.num_env_runners,
+        )
+        return self.metrics.reduce()
+
+    def _own_module_state(self, module_state: Any) -> Any:
+        if isinstance(module_state, dict) and DEFAULT_MODULE_ID in module_state:
+            return module_state[DEFAULT_MODULE_ID]
+        return module_state
+
+    def assert_healthy(self) -> None:
+        """Raises AssertionError unless the env was built (the module may be None: an
+        algorithm without one samples random actions)."""
+        if not (self.env and hasattr(self, "module")):
+            raise AssertionError(f"{type(self).__name__} has no env")
