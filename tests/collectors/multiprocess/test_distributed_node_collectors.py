@@ -141,6 +141,12 @@ def test_distributed_collector_runs_our_multi_collectors_on_its_nodes(
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=False,
+    reason="TorchRL 0.14.1's own multi-process collectors as DistributedCollector nodes time "
+    "out here (rank 0 waits 10 s for NODE_<i>_out at shutdown; TorchRL's "
+    "test_distributed_collector_class[Multi*] fails the same way on this machine)",
+)
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
 @pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
