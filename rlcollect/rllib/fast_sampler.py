@@ -20,9 +20,8 @@ OBSERVATIONS = "observations"
 REWARDS = "rewards"
 TERMINATED = "terminated"
 TRUNCATED = "truncated"
-STEP_TIMES = "step_times"
 # Columns written by the loop itself, not taken from the module's outputs.
-OWN_COLUMNS = (OBSERVATIONS, Columns.ACTIONS, REWARDS, TERMINATED, TRUNCATED, STEP_TIMES)
+OWN_COLUMNS = (OBSERVATIONS, Columns.ACTIONS, REWARDS, TERMINATED, TRUNCATED)
 
 
 class EnvRebuiltError(Exception):
@@ -65,6 +64,8 @@ class FastSampler:
         # Per sub-env, what its next chunk continues: a cut chunk, or None after a reset.
         self.starts: list[SingleAgentEpisode | None] = []
         self._seq_row = np.zeros(host.num_envs, dtype=np.int64)
+        # When each row's step returned (an episode chunk's duration, for RLlib's metrics).
+        self._step_times: list[float] = []
 
     def reset(self, seed: int | None) -> None:
         """Reset every sub-env (seeded when `seed` is given) and start a fresh episode in each."""
@@ -134,6 +135,7 @@ class FastSampler:
     ) -> tuple[list[SingleAgentEpisode], int]:
         self._seq_row[:] = weights_seq_no
         self._segment_start = np.zeros(self._host.num_envs, dtype=np.int64)
+        self._step_times = []
         self._columns.reserve(steps_per_env or 64)
         finished: list[SingleAgentEpisode] = []
         row = 0
@@ -151,6 +153,7 @@ class FastSampler:
             # The env failed and was rebuilt: every ongoing episode starts again.
             self.reset(None)
             self._segment_start[:] = 0
+            self._step_times = []
             row = 0
         return finished, row
 
@@ -177,7 +180,7 @@ class FastSampler:
         columns.write(REWARDS, row, rewards)
         columns.write(TERMINATED, row, terminated)
         columns.write(TRUNCATED, row, truncated)
-        columns.write(STEP_TIMES, row, np.full(self._host.num_envs, time.perf_counter()))
+        self._step_times.append(time.perf_counter())
         self._observations = observations
         self._infos = infos
         return True
@@ -220,7 +223,6 @@ class FastSampler:
             for name in columns.names()
             if name not in OWN_COLUMNS
         }
-        times = columns.read(STEP_TIMES, rows, index)
         steps = ChunkSteps(
             observations=np.concatenate([observations, np.asarray(last_observation)[None]]),
             infos=[columns.infos[row][index] for row in range(first, last_row + 1)] + [last_info],
@@ -229,8 +231,8 @@ class FastSampler:
             extra_model_outputs=extras,
             terminated=ended and bool(columns.row(TERMINATED, last_row)[index]),
             truncated=ended and bool(columns.row(TRUNCATED, last_row)[index]),
-            first_step_time=float(times[0]),
-            last_step_time=float(times[-1]),
+            first_step_time=self._step_times[first],
+            last_step_time=self._step_times[last_row],
         )
         return build_chunk(
             self.starts[index], steps, self._host.single_spaces(), self._host.episodes_to_numpy

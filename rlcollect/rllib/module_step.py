@@ -64,21 +64,33 @@ def _leaf_to_numpy(leaf: Any) -> Any:
     return array
 
 
-def _to_numpy(value: Any) -> Any:
-    return tree.map_structure(_leaf_to_numpy, value)
+def _to_numpy(output: dict[str, Any]) -> dict[str, Any]:
+    """The module's outputs as NumPy (a flat dict of tensors, the usual case, without walking
+    it with `tree`, which costs more than the conversion on small batches)."""
+    return {
+        key: _leaf_to_numpy(value)
+        if isinstance(value, (torch.Tensor, np.ndarray))
+        else tree.map_structure(_leaf_to_numpy, value)
+        for key, value in output.items()
+    }
 
 
 def sample_categorical(output: dict[str, Any]) -> None:
-    """Sample RLlib's `TorchCategorical` from its logits by inverting the CDF with one uniform
-    draw per row (`torch.multinomial`, which `Categorical.sample` calls, costs ~10x more per
-    call on small batches), with the log-probability of the sample."""
-    log_probs = torch.log_softmax(output[Columns.ACTION_DIST_INPUTS], dim=-1)
-    cumulative = log_probs.exp().cumsum(dim=-1)
-    uniform = torch.rand((*cumulative.shape[:-1], 1), dtype=cumulative.dtype)
-    actions = (cumulative < uniform).sum(dim=-1).clamp_max(cumulative.shape[-1] - 1)
-    output[Columns.ACTIONS] = actions
+    """Sample RLlib's `TorchCategorical` from its logits, with the log-probability of the
+    sample, in NumPy: the CDF inverted with one uniform draw per row (NumPy's global generator,
+    which RLlib seeds with `config.seed`). `Categorical.sample` calls `torch.multinomial`, and
+    each small torch op costs several times a NumPy one on a batch of a few rows."""
+    logits = _leaf_to_numpy(output[Columns.ACTION_DIST_INPUTS])
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    cumulative = np.exp(log_probs).cumsum(axis=-1)
+    uniform = np.random.random((*cumulative.shape[:-1], 1))
+    actions = (cumulative < uniform).sum(axis=-1).clip(max=cumulative.shape[-1] - 1)
+    output[Columns.ACTION_DIST_INPUTS] = logits
+    output[Columns.ACTIONS] = actions.astype(np.int32)
     if Columns.ACTION_LOGP not in output:
-        output[Columns.ACTION_LOGP] = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        chosen = np.take_along_axis(log_probs, actions[..., None], axis=-1)[..., 0]
+        output[Columns.ACTION_LOGP] = chosen.astype(np.float32)
 
 
 class ModuleStep:
@@ -111,6 +123,7 @@ class ModuleStep:
         self._normalize = normalize_actions
         self._clip = clip_actions
         self._device = torch.device(device)
+        self._distribution_classes: dict[bool, Any] = {}
         # RLlib's torch wrappers switch the module to eval mode and back around every forward
         # (two walks over its submodules); a runner's inference-only module is never trained,
         # so it stays in eval mode and the wrapped forward is called directly.
@@ -150,11 +163,7 @@ class ModuleStep:
 
     def _sample_actions(self, output: dict[str, Any], explore: bool) -> None:
         """RLlib's `GetActions`: sample from the distribution the module's outputs define."""
-        module = self._module
-        if explore:
-            distribution_class = module.get_exploration_action_dist_cls()
-        else:
-            distribution_class = module.get_inference_action_dist_cls()
+        distribution_class = self._distribution_class(explore)
         if explore and distribution_class is TorchCategorical:
             sample_categorical(output)
             return
@@ -165,6 +174,17 @@ class ModuleStep:
         output[Columns.ACTIONS] = actions
         if Columns.ACTION_LOGP not in output:
             output[Columns.ACTION_LOGP] = distribution.logp(actions)
+
+    def _distribution_class(self, explore: bool) -> Any:
+        """The module's action distribution class for `explore` (asked once: it is fixed)."""
+        if explore not in self._distribution_classes:
+            module = self._module
+            self._distribution_classes[explore] = (
+                module.get_exploration_action_dist_cls()
+                if explore
+                else module.get_inference_action_dist_cls()
+            )
+        return self._distribution_classes[explore]
 
     def _actions_for_env(self, actions: np.ndarray) -> np.ndarray:
         """RLlib's `NormalizeAndClipActions` on the whole batch (the space's bounds broadcast)."""

@@ -19,6 +19,7 @@ from ray.rllib.utils import force_list
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import (
+    ENV_RESET_TIMER,
     ENV_STEP_TIMER,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SAMPLE_TIMER,
@@ -60,6 +61,8 @@ class RunnerBase(EnvRunner, Checkpointable):
         self._env_runner_state_server: Any = None
         self._env_step_seconds = 0.0
         self._env_steps_tried = 0
+        self._env_reset_seconds = 0.0
+        self._env_resets = 0
         # The chunks already handed out of each ongoing episode (`on_episode_end` gets them as
         # `prev_episode_chunks`, as from RLlib's runners).
         self._earlier_chunks: dict[str, list[Any]] = {}
@@ -117,6 +120,7 @@ class RunnerBase(EnvRunner, Checkpointable):
                 else:
                     num_episodes = self.num_envs
             self._env_step_seconds, self._env_steps_tried = 0.0, 0
+            self._env_reset_seconds, self._env_resets = 0.0, 0
             episodes = self._sample(
                 num_timesteps, num_episodes, explore, random_actions, force_reset
             )
@@ -162,7 +166,10 @@ class RunnerBase(EnvRunner, Checkpointable):
         return (self.num_env_steps_sampled_lifetime // runners + steps_this_sample) * runners
 
     def _log_env_step_timing(self) -> None:
-        """The mean `env.step()` time of this sample, logged once (not per step)."""
+        """The mean `env.step()` (and masked `env.reset()`) time of this sample, logged once,
+        not per call (a metrics call costs about as much as a small env's step)."""
+        if self._env_resets:
+            self.metrics.log_value(ENV_RESET_TIMER, self._env_reset_seconds / self._env_resets)
         if self._env_steps_tried:
             self.metrics.log_value(ENV_STEP_TIMER, self._env_step_seconds / self._env_steps_tried)
             self._log_env_steps(self._metrics_num_try_env_step, self._env_steps_tried)

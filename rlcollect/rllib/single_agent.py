@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -13,7 +14,6 @@ from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-from ray.rllib.utils.metrics import ENV_RESET_TIMER
 
 from rlcollect.rllib.env_building import env_context, make_vector_env
 from rlcollect.rllib.fast_path import fast_path_blocker
@@ -199,9 +199,9 @@ class SingleAgentEnvRunner(RunnerBase):
         """Reset every sub-env, or those in the bool `mask` (a masked reset that fails with
         `restart_failed_sub_environments` rebuilds the env and raises `EnvRebuiltError`)."""
         options = None if mask is None else {"reset_mask": mask}
+        started = time.perf_counter()
         try:
-            with self.metrics.log_time(ENV_RESET_TIMER):
-                return self.env.reset(seed=seed, options=options)
+            result = self.env.reset(seed=seed, options=options)
         except Exception:
             if not self.config.restart_failed_sub_environments:
                 raise
@@ -211,6 +211,9 @@ class SingleAgentEnvRunner(RunnerBase):
                 self._needs_initial_reset = False  # the caller resets every sub-env at once
                 raise EnvRebuiltError from None
             return self.try_env_reset(None, seed=seed)
+        self._env_reset_seconds += time.perf_counter() - started
+        self._env_resets += 1
+        return result
 
     def single_spaces(self) -> tuple[gym.Space, gym.Space]:
         """One sub-env's observation and action spaces."""
