@@ -4,14 +4,19 @@ configs pass `collector_class=None` (TorchRL's default `Collector`), and a polic
 an exploration module built with `spec=None` gets the env's action spec from the collector,
 in the workers too, before the first call."""
 
+# ruff: noqa: E402 - TorchRL's configs are imported after the store is kept, below
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
-pytest.importorskip("torchrl.trainers.algorithms.configs")
+pytest.importorskip("torchrl.trainers")
 pytest.importorskip("hydra")
+
+from tests.hydra_store import import_torchrl_configs
+
+import_torchrl_configs()  # Hydra's store kept as our examples expect (tests/hydra_store.py)
 
 from hydra.utils import instantiate
 from torchrl.collectors import BaseCollector

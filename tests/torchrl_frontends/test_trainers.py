@@ -13,8 +13,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-pytest.importorskip("torchrl.trainers.algorithms.configs")
+pytest.importorskip("torchrl.trainers")
 hydra = pytest.importorskip("hydra")
+
+from tests.hydra_store import import_torchrl_configs, torchrl_config_store  # noqa: E402, F401
+
+import_torchrl_configs()  # Hydra's store kept as our examples expect (tests/hydra_store.py)
 
 from hydra import compose, initialize  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402
@@ -26,7 +30,9 @@ import rlcollect  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+    pytest.mark.usefixtures(
+        "no_leftover_children", "nothing_left_at_os_level", "torchrl_config_store"
+    ),
     pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
 ]
 
