@@ -23,6 +23,13 @@ setup() {
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
   echo "rlc.sh: installing rlcollect with the extras [$extras]" >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+  if [[ ",$extras," == *,rllib,* ]]; then
+    # ray[rllib] 2.60 pins gymnasium 1.2.2; RLlib runs on the release the rest of the project
+    # uses (its examples and our RLlib tests pass on it), so that one goes back in.
+    # pip says so (ray's pin is not met), and installs it.
+    gymnasium=$(grep -o '"gymnasium[^"]*"' pyproject.toml | head -1 | tr -d '"')
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "$gymnasium"
+  fi
   # An editable install leaves our modules uncompiled; where PYTHONDONTWRITEBYTECODE is set (as
   # on this project's machines), every new interpreter (a worker, a Ray actor, a script run)
   # would compile them again: about 0.4 s of CPU each.
@@ -34,7 +41,7 @@ job=${1:-}
 [ $# -gt 0 ] && shift
 case "$job" in
   train) setup examples; exec "$VENV/bin/python" examples/ppo.py "$@" ;;
-  test) setup test,examples,pettingzoo,ray,envpool,mujoco,logging,video,sweep; exec "$VENV/bin/python" -m pytest "$@" ;;
+  test) setup test,examples,pettingzoo,ray,rllib,envpool,mujoco,logging,video,sweep; exec "$VENV/bin/python" -m pytest "$@" ;;
   bench)
     setup bench,examples,ray
     for script in benchmarks/envs.py benchmarks/collectors.py benchmarks/multi_collectors.py \
