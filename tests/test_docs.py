@@ -35,7 +35,10 @@ FENCE = re.compile(r"^[ ]*```.*?^[ ]*```", re.MULTILINE | re.DOTALL)
 HEADING = re.compile(r"^#+ (.+)$", re.MULTILINE)
 OPTIONAL_EXTRAS = {"mpe2", "pettingzoo", "ray"}
 # The blocks that do not run, by page and heading (each says why, in its skip-test comment).
-SKIPPED = {("guide/ray.md", "Scaling out with Ray")}
+SKIPPED = {
+    ("guide/ray.md", "Scaling out with Ray"),
+    ("guide/rllib.md", "RLlib's door: EnvRunners for RLlib's Algorithms"),
+}
 
 
 @dataclass
