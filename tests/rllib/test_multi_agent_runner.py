@@ -51,8 +51,10 @@ def test_sample_matches_rllibs_runner_in_counts_agents_and_outputs():
     for n in (1, 50, 101):
         episodes = ours.sample(num_timesteps=n)
         assert n <= sum(episode.env_steps() for episode in episodes) < n + 2
-    ours_episode = ours.sample(num_timesteps=60)[0]
-    their_episode = theirs.sample(num_timesteps=60)[0]
+    # From a reset, so that both agents act in the first chunk (an ongoing episode's next chunk
+    # holds only the agents still alive in it).
+    ours_episode = ours.sample(num_timesteps=60, force_reset=True)[0]
+    their_episode = theirs.sample(num_timesteps=60, force_reset=True)[0]
     assert sorted(ours_episode.agent_episodes) == sorted(their_episode.agent_episodes) == [0, 1]
     for agent_id, agent_episode in ours_episode.agent_episodes.items():
         assert set(agent_episode.extra_model_outputs) == set(
