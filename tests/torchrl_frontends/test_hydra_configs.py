@@ -40,7 +40,7 @@ from torchrl.trainers.algorithms.configs.weight_update import (
 import rlcollect
 
 pytestmark = [
-    pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level"),
+    pytest.mark.usefixtures("no_leftover_children"),
     pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
 ]
 
@@ -100,10 +100,14 @@ def collector_config(
 @pytest.mark.parametrize("factory", [False, True], ids=["policy", "policy_factory"])
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_collector_config_instantiates_and_collects(
-    kind: str, factory: bool, exploring: bool, implementation: str
+    kind: str, factory: bool, exploring: bool, implementation: str, request: pytest.FixtureRequest
 ) -> None:
     if factory and kind == "single":
         pytest.skip("TorchRL's own test covers policy_factory for the other configs only")
+    if implementation == "rlcollect":
+        # Only ours is held to it: TorchRL's MultiAsyncCollector may still map its shared
+        # memory a moment after shutdown (a queue feeder thread; seen in CI).
+        request.getfixturevalue("nothing_left_at_os_level")
     policy = exploring_policy_config() if exploring else policy_config()
     config, ours = collector_config(kind, implementation, policy, factory)
     if kind.startswith("multi"):
