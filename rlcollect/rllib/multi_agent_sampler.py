@@ -9,7 +9,9 @@ from typing import Any
 
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
-from ray.rllib.utils.metrics import ENV_TO_MODULE_CONNECTOR, MODULE_TO_ENV_CONNECTOR, WEIGHTS_SEQ_NO
+from ray.rllib.utils.metrics import ENV_TO_MODULE_CONNECTOR, WEIGHTS_SEQ_NO
+
+from rlcollect.rllib.pipeline_sampler import forward_to_env
 
 
 def prune_agents_without_steps(episode: MultiAgentEpisode) -> None:
@@ -93,19 +95,7 @@ class MultiAgentSampler:
         to_module, self._to_module = self._to_module, None
         if not to_module:
             return {}
-        if explore:
-            output = runner.module.forward_exploration(to_module, t=t)
-        else:
-            output = runner.module.forward_inference(to_module)
-        return runner._module_to_env(
-            rl_module=runner.module,
-            batch=output,
-            episodes=self.episodes,
-            explore=explore,
-            shared_data=self._shared_data,
-            metrics=runner.metrics,
-            metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,),
-        )
+        return forward_to_env(runner, to_module, self.episodes, self._shared_data, explore, t)
 
     def sample(
         self,

@@ -79,19 +79,7 @@ class PipelineSampler:
         if random_actions:
             return {Columns.ACTIONS: runner.env.action_space.sample()}
         to_module, self._to_module = self._to_module, None
-        if explore:
-            output = runner.module.forward_exploration(to_module, t=t)
-        else:
-            output = runner.module.forward_inference(to_module)
-        return runner._module_to_env(
-            rl_module=runner.module,
-            batch=output,
-            episodes=self.episodes,
-            explore=explore,
-            shared_data=self._shared_data,
-            metrics=runner.metrics,
-            metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,),
-        )
+        return forward_to_env(runner, to_module, self.episodes, self._shared_data, explore, t)
 
     def sample(
         self,
@@ -190,3 +178,23 @@ class PipelineSampler:
             ongoing.append(episode.to_numpy() if runner.episodes_to_numpy else episode)
         self.episodes = continuations
         return ongoing
+
+
+def forward_to_env(
+    runner: Any, to_module: Any, episodes: list[Any], shared_data: dict, explore: bool, t: int
+) -> dict[str, Any]:
+    """The module's forward (exploration or inference) on `to_module`, then the runner's
+    module-to-env pipeline: what goes to the env, for single- and multi-agent pipelines."""
+    if explore:
+        output = runner.module.forward_exploration(to_module, t=t)
+    else:
+        output = runner.module.forward_inference(to_module)
+    return runner._module_to_env(
+        rl_module=runner.module,
+        batch=output,
+        episodes=episodes,
+        explore=explore,
+        shared_data=shared_data,
+        metrics=runner.metrics,
+        metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,),
+    )
