@@ -405,12 +405,15 @@ class WorkerPool:
         if not waiting:
             raise MisuseError("no worker is collecting; send COLLECT first.")
         while True:
-            by_connection: dict[Any, WorkerSlot] = {
-                slot.handle.connection: slot for slot in waiting
-            }
-            ready = multiprocessing.connection.wait(list(by_connection), LIVENESS_INTERVAL)
-            late = [slot for slot in waiting if time.monotonic() >= slot.deadline]
-            for slot in [by_connection[connection] for connection in ready] + late:
+            connections = [slot.handle.connection for slot in waiting]
+            ready = set(multiprocessing.connection.wait(connections, LIVENESS_INTERVAL))
+            now = time.monotonic()
+            # In the caller's order, not the OS's: a worker always ready first would otherwise
+            # starve the others, and hide one that died (its EOF is ready too).
+            answering = [
+                slot for slot in waiting if slot.handle.connection in ready or now >= slot.deadline
+            ]
+            for slot in answering:
                 self.await_reply(slot, WorkerCommand.COLLECT, slot.deadline)
                 if slot.has_batch:
                     return slot
