@@ -22,9 +22,9 @@ def sets_itself_up(scheme: Any) -> bool:
 
 
 class SchemeContext:
-    """The collector as a TorchRL scheme reads it: `policy` is the policy module
-    (`get_model("policy")`; a `Collector` keeps it in a holder, which has no weights of its
-    own), and every other attribute is the collector's."""
+    """The collector as a TorchRL scheme reads it: `policy` is the module the weights load
+    into (`get_model("policy")`, the parent's copy where the children build theirs with a
+    factory), and every other attribute is the collector's."""
 
     def __init__(self, collector: Any) -> None:
         self._collector = collector

@@ -47,7 +47,7 @@ def test_the_graph_replays_and_draws_fresh_noise_at_every_step(device: str) -> N
     noisy = TensorDictModule(NoisyPolicy(), in_keys=["observation"], out_keys=["action"])
     collector = pendulum_collector(noisy, device)
     try:
-        running = collector.policy.module.module  # the copy on `device` that the steps run
+        running = collector.policy.module  # the copy on `device` that the steps run
         step = collector.loop.policy_step
         iterator = iter(collector)
         batches = [next(iterator)]
@@ -56,7 +56,7 @@ def test_the_graph_replays_and_draws_fresh_noise_at_every_step(device: str) -> N
     finally:
         collector.shutdown()
     if device == "cuda":
-        graph = collector.policy.accelerated(collector.policy.module)
+        graph = collector.policy_holder.accelerated(collector.policy)
         assert isinstance(graph, CudaGraphModule)
         assert step._policy is graph  # every step goes through the graph
         assert 1 < calls_after_first <= MOST_EAGER_CALLS

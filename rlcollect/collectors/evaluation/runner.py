@@ -172,7 +172,7 @@ class EpisodeRunner:
 
     def policy_state(self) -> dict[str, Any]:
         """The state dict of the policy the collector runs (empty for one without weights)."""
-        return dict(self.collector.policy.state_dict())
+        return dict(self.collector.policy_holder.state_dict())
 
     def close(self) -> None:
         """Shut the collector down and close the env."""

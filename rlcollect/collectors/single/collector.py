@@ -424,7 +424,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             observation_keys = [*observation_keys, *views.input_keys]  # a forward may name them
         action_keys = list(self.stepped_env.action_keys)
         lend_exploration_spec(policy, self.stepped_env)  # before: the holder may copy the policy
-        self.policy = PolicyHolder(
+        self.policy_holder = PolicyHolder(
             policy,
             observation_keys,
             self.devices.policy,
@@ -440,7 +440,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
         layout_class = CarrierLayout if dense else StackedCarrierLayout
         self.layout = layout_class.build(  # type: ignore[assignment]
             self.stepped_env,
-            self.policy,
+            self.policy_holder,
             self.steps_per_batch,
             self.devices,
             self.track_policy_version,
@@ -453,7 +453,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             if mode is None
             else EpisodeAssembler(mode, end_flag_keys(self.stepped_env.done_keys))
         )
-        if dense and self.policy.module is not None and len(action_keys) == 1:
+        if dense and self.policy_holder.module is not None and len(action_keys) == 1:
             warn_if_action_misfits(
                 self.stepped_env.full_action_spec[action_keys[0]],
                 self.layout.carrier.get(action_keys[0]),
@@ -471,7 +471,7 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             interruptor=self.interruptor,
         )
         self.loop = RolloutLoop(
-            self.stepped_env, self.layout, self.policy, self.steps_per_batch, self.stream, flags
+            self.stepped_env, self.layout, self.policy_holder, self.steps_per_batch, self.stream, flags
         )
 
     def _round_total(self, argument: str, frames: int) -> int:

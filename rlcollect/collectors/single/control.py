@@ -44,7 +44,7 @@ class CollectorControl(CollectorBase):
 
     # Set by `Collector.__init__`.
     stepped_env: Any  # the env the loop steps: ours, or our adapter around a TorchRL env
-    policy: PolicyHolder
+    policy_holder: PolicyHolder  # the policy on its device, its version, its per-step call
     options: BatchOptions
     worker_idx: int | None
     frames: int
@@ -74,16 +74,24 @@ class CollectorControl(CollectorBase):
     def policy_version(self) -> int:
         """How many times the policy weights were updated (or `increment_version()` called).
         TorchRL's is None without `track_policy_version`; ours always counts."""
-        return self.policy.version
+        return self.policy_holder.version
 
     @policy_version.setter
     def policy_version(self, version: int) -> None:
-        self.policy.version = version
+        self.policy_holder.version = version
 
     def _policy_model(self) -> Any:
         """The module the collector runs (None with random actions): weights loaded into it
         are the ones used."""
-        return self.policy.module
+        return self.policy_holder.module
+
+    @property
+    def policy(self) -> Any:
+        """The policy the steps run (TorchRL's `collector.policy`): the module given, or
+        the copy moved to `policy_device`, wrapped into a `TensorDictModule` where a plain
+        module was given; None with random actions. Weight-sync schemes (e.g. TorchRL's
+        `DistributedCollector`'s on a node running this collector) read and write it."""
+        return self.policy_holder.module
 
     @property
     def env(self) -> Any:
@@ -105,7 +113,7 @@ class CollectorControl(CollectorBase):
         """Load `source` (None: the weights of the policy the collector was given, copied
         again, e.g. to a copy on another device) in place; with `policy_id`, into that one
         policy of the map, else the whole map's (`"policies.<id>.<name>"`)."""
-        self.policy.update(source, policy_id=policy_id)
+        self.policy_holder.update(source, policy_id=policy_id)
 
     def _update_models(
         self, models: dict[str, Any], worker_ids: Any, timeout: float | None
@@ -139,7 +147,7 @@ class CollectorControl(CollectorBase):
         """The names, shapes and dtypes of the policy's weights (empty: random actions, or a
         policy without weights): what a parent with only a policy factory checks updates
         against."""
-        module = self.policy.module
+        module = self.policy_holder.module
         return weights_layout(module) if isinstance(module, torch.nn.Module) else {}
 
     def _model_root(self) -> Any:
@@ -169,9 +177,9 @@ class CollectorControl(CollectorBase):
         `worker_ids` are unused here: this collector has no children."""
         if self._background.is_busy:
             with self._background.pause():
-                self.policy.update(weights, version)
+                self.policy_holder.update(weights, version)
         else:
-            self.policy.update(weights, version)
+            self.policy_holder.update(weights, version)
 
     def assign_trajectory_ids(self, offset: int, stride: int) -> None:
         """Draw trajectory ids from `offset + k * stride` (a parent gives each worker its
@@ -190,8 +198,8 @@ class CollectorControl(CollectorBase):
             "frames": self.frames,
             "iterations": self.iterations,
             "next_traj_id": self.stream.trajectories.next_id,
-            "policy_version": self.policy.version,
-            "policy_state_dict": self.policy.state_dict(),
+            "policy_version": self.policy_holder.version,
+            "policy_state_dict": self.policy_holder.state_dict(),
             "episode_stats": self.stream.episodes.state_dict(),
         }
         if hasattr(self.stepped_env, "state_dict"):
@@ -207,7 +215,7 @@ class CollectorControl(CollectorBase):
         self.stream.trajectories.next_id = max(
             self.stream.trajectories.next_id, int(state["next_traj_id"])
         )
-        self.policy.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
+        self.policy_holder.load_state_dict(state["policy_state_dict"], int(state["policy_version"]))
         if "env_state_dict" in state and hasattr(self.stepped_env, "load_state_dict"):
             self.stepped_env.load_state_dict(state["env_state_dict"])
         if "episode_stats" in state:  # absent from checkpoints of earlier versions
@@ -302,7 +310,7 @@ class CollectorControl(CollectorBase):
             "total_frames": self.total_frames,
             "completed": self.is_done,
             "requested_frames_per_batch": self.frames_per_batch,
-            "policy_version": self.policy.version,
+            "policy_version": self.policy_holder.version,
         }
 
     # --- remote-friendly helpers (TorchRL's) --------------------------------------------------

@@ -1,4 +1,4 @@
-"""Our multi-process collectors as the node collectors of TorchRL's `DistributedCollector`.
+"""Our collectors as the node collectors of TorchRL's `DistributedCollector`.
 
 TorchRL's launcher builds `collector_class` on every node and registers its weight-sync scheme
 on the node collector's `policy`, the module received weights are written into before
@@ -133,10 +133,10 @@ def test_random_actions_have_no_policy() -> None:
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
 @pytest.mark.parametrize("pfactory", [False, True], ids=["policy", "policy_factory"])
-@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
-def test_distributed_collector_runs_our_multi_collectors_on_its_nodes(
-    name: str, pfactory: bool
-) -> None:
+@pytest.mark.parametrize("name", ["Collector", "MultiSyncCollector", "MultiAsyncCollector"])
+def test_distributed_collector_runs_our_collectors_on_its_nodes(name: str, pfactory: bool) -> None:
+    """A single `Collector` node too: the scheme writes into `Collector.policy`, the module
+    the steps run (TorchRL's meaning)."""
     assert_weights_reached_the_workers(launcher_run("distributed", "rlcollect", name, pfactory))
 
 

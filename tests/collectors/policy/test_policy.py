@@ -50,8 +50,8 @@ def test_plain_module_reads_observation_keys_by_argument_name(
     module_class: type, in_keys: list[str]
 ) -> None:
     collector = Collector(TwoObservationEnv(), module_class(), frames_per_batch=8, total_frames=8)
-    assert collector.policy.module.in_keys == in_keys
-    assert collector.policy.module.out_keys == ["action"]
+    assert collector.policy.in_keys == in_keys
+    assert collector.policy.out_keys == ["action"]
     data = collector.next()
     assert (data["action"] == 1).all(), "arguments were not matched to keys by name"
 

@@ -80,7 +80,7 @@ def test_two_teams_get_their_own_sub_batches_and_one_call_per_step() -> None:
     )
     calls_at_start = predator.calls, prey.calls  # the construction's probe call
     batch = collector.next()
-    assert collector.policy.module.policy_agents == {"predator": PREDATORS, "prey": ["agent_0"]}
+    assert collector.policy.policy_agents == {"predator": PREDATORS, "prey": ["agent_0"]}
     assert predator.calls - calls_at_start[0] == 25  # one batched call per step
     assert prey.calls - calls_at_start[1] == 25
     collector.shutdown()
@@ -221,7 +221,7 @@ def test_policies_equal_to_groups_keep_the_envs_layout() -> None:
         policy_mapping_fn=lambda agent_id: agent_id.split("_")[0],
         frames_per_batch=5,
     )
-    assert not collector.policy.module.regroups
+    assert not collector.policy.regroups
     batch = collector.next()
     collector.shutdown()
     assert batch["adversary", "action"].shape == (5, 3)

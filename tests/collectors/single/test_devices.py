@@ -41,7 +41,7 @@ def test_policy_on_its_device_is_not_copied() -> None:
     collector = Collector(
         GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10, device="cpu"
     )
-    assert collector.policy.module is policy
+    assert collector.policy is policy
 
 
 def test_policy_on_another_device_is_copied_there() -> None:
@@ -108,8 +108,8 @@ def test_policy_on_cuda_env_on_cpu_storing_on_cuda() -> None:
         policy_device="cuda",
         storing_device="cuda",
     )
-    assert collector.policy.module is not policy  # a copy moved to CUDA
-    assert next(collector.policy.module.parameters()).device.type == "cuda"
+    assert collector.policy is not policy  # a copy moved to CUDA
+    assert next(collector.policy.parameters()).device.type == "cuda"
     batches = list(collector)
     assert all(batch["observation"].device.type == "cuda" for batch in batches)
     reference = Collector(
@@ -143,7 +143,7 @@ def test_update_weights_copies_into_cuda_policy() -> None:
     with torch.no_grad():
         policy.module.linear.bias.fill_(3.0)
     collector.update_policy_weights_()
-    assert torch.equal(collector.policy.module.module.linear.bias.cpu(), torch.full((2,), 3.0))
+    assert torch.equal(collector.policy.module.linear.bias.cpu(), torch.full((2,), 3.0))
 
 
 @pytest.mark.gpu
@@ -153,7 +153,7 @@ def test_policy_already_on_cuda_is_not_copied() -> None:
     collector = Collector(
         GymEnv("CartPole-v1"), policy, frames_per_batch=10, total_frames=10, policy_device="cuda"
     )
-    assert collector.policy.module is policy
+    assert collector.policy is policy
     assert collector.next()["action"].device.type == "cpu"
 
 

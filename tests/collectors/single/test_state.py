@@ -46,8 +46,8 @@ def test_state_dict_restores_policy_weights() -> None:
     )
     source.update_policy_weights_()
     target.load_state_dict(source.state_dict())
-    for name, value in source.policy.module.state_dict().items():
-        assert torch.equal(value, target.policy.module.state_dict()[name])
+    for name, value in source.policy.state_dict().items():
+        assert torch.equal(value, target.policy.state_dict()[name])
     assert target.policy_version == 1
 
 

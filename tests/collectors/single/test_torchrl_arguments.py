@@ -138,7 +138,7 @@ def test_cudagraph_policy_without_cuda_warns_and_runs_the_policy_as_torchrl_does
         ours = cartpole_collector(frames=150, total=600, cudagraph_policy=True)
     plain = cartpole_collector(frames=150, total=600)
     try:
-        assert ours.loop.policy_step._module is ours.policy.module.module  # not wrapped
+        assert ours.loop.policy_step._module is ours.policy.module  # not wrapped
         assert_same_batches(list(ours), list(plain))
     finally:
         ours.shutdown()
