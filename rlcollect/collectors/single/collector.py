@@ -471,7 +471,12 @@ class Collector(CollectorControl, torchrl_shorthand="single"):
             interruptor=self.interruptor,
         )
         self.loop = RolloutLoop(
-            self.stepped_env, self.layout, self.policy_holder, self.steps_per_batch, self.stream, flags
+            self.stepped_env,
+            self.layout,
+            self.policy_holder,
+            self.steps_per_batch,
+            self.stream,
+            flags,
         )
 
     def _round_total(self, argument: str, frames: int) -> int:
