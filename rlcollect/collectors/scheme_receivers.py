@@ -45,6 +45,10 @@ class SchemeReceivers:
 
     def __init__(self) -> None:
         self.schemes: dict[str, Any] = {}
+        # TorchRL's schemes hold their context by weak reference: the one they are given
+        # lives here, or it would be gone before the first receive, and with it the call
+        # that passes the weights on to the collector's workers.
+        self._context: SchemeContext | None = None
 
     def add(self, schemes: Mapping[str, Any], collector: Any, worker_idx: int | None) -> None:
         """Set each scheme up on the receiving side (unless it is already), with `collector`
@@ -53,6 +57,8 @@ class SchemeReceivers:
         Raises:
             RuntimeError: a scheme already set up as a sender (TorchRL's rule).
         """
+        if self._context is None:
+            self._context = SchemeContext(collector)
         for model_id, scheme in schemes.items():
             previous = self.schemes.get(model_id)
             if previous is not None and previous is not scheme:
@@ -64,10 +70,10 @@ class SchemeReceivers:
                         "scheme receives on one side only: give the receiver its own copy."
                     )
                 scheme.init_on_receiver(
-                    model_id=model_id, context=SchemeContext(collector), worker_idx=worker_idx
+                    model_id=model_id, context=self._context, worker_idx=worker_idx
                 )
             elif scheme.context is None:
-                scheme.context = SchemeContext(collector)
+                scheme.context = self._context
             self.schemes[model_id] = scheme
 
     def connect(self, worker_idx: int | None) -> None:

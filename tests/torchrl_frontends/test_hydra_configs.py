@@ -7,6 +7,7 @@ in the workers too, before the first call."""
 # ruff: noqa: E402 - TorchRL's configs are imported after the store is kept, below
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -38,11 +39,9 @@ from torchrl.trainers.algorithms.configs.weight_update import (
 )
 
 import rlcollect
+from tests.conftest import wait_for_children
 
-pytestmark = [
-    pytest.mark.usefixtures("no_leftover_children"),
-    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
-]
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
 CONFIGS = {
     "single": (CollectorConfig, rlcollect.Collector),
@@ -93,6 +92,14 @@ def collector_config(
 
 @pytest.mark.timeout(240)
 # TorchRL's side is the reference (TorchRL's own test-file runs it): slow-marked.
+def end_torchrl_children() -> None:
+    """Give TorchRL's children time to exit, then end them, so that none outlives its test
+    (later tests check that their own children are gone)."""
+    for child in wait_for_children(time.monotonic() + 10.0):
+        child.terminate()
+        child.join(timeout=5)
+
+
 @pytest.mark.parametrize(
     "implementation", ["rlcollect", pytest.param("torchrl", marks=pytest.mark.slow)]
 )
@@ -105,9 +112,12 @@ def test_collector_config_instantiates_and_collects(
     if factory and kind == "single":
         pytest.skip("TorchRL's own test covers policy_factory for the other configs only")
     if implementation == "rlcollect":
-        # Only ours is held to it: TorchRL's MultiAsyncCollector may still map its shared
-        # memory a moment after shutdown (a queue feeder thread; seen in CI).
+        # Only ours is held to these: TorchRL's multi-process and async collectors may still
+        # map shared memory, or have a child exiting, a moment after shutdown (seen in CI).
+        request.getfixturevalue("no_leftover_children")
         request.getfixturevalue("nothing_left_at_os_level")
+    else:
+        request.addfinalizer(end_torchrl_children)
     policy = exploring_policy_config() if exploring else policy_config()
     config, ours = collector_config(kind, implementation, policy, factory)
     if kind.startswith("multi"):

@@ -119,19 +119,23 @@ class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
         """
         if self.is_done:
             raise StopIteration
-        self._before_batch()
-        for slot in self.pool.slots:
-            if not slot.pending and not slot.has_batch:
-                self._launch(slot)
-        # Start the search after the worker served last, so that no worker is starved.
-        order = self.pool.slots[self._turn :] + self.pool.slots[: self._turn]
+        # The workers' pipes are read under the pool's lock, released while a batch is
+        # awaited: a weight update from another thread goes in between.
+        with self.pool.lock:
+            self._before_batch()
+            for slot in self.pool.slots:
+                if not slot.pending and not slot.has_batch:
+                    self._launch(slot)
+            # Start the search after the worker served last, so that no worker is starved.
+            order = self.pool.slots[self._turn :] + self.pool.slots[: self._turn]
         slot = self.pool.await_first_batch(order)
-        self._turn = (slot.index + 1) % self.num_workers
-        batch = self._take(slot)
-        if self.update_at_each_batch and self.weights.readable:
-            self.update_policy_weights_(worker_ids=slot.index)
-        if not self.is_done:
-            self._launch(slot)
+        with self.pool.lock:
+            self._turn = (slot.index + 1) % self.num_workers
+            batch = self._take(slot)
+            if self.update_at_each_batch and self.weights.readable:
+                self.update_policy_weights_(worker_ids=slot.index)
+            if not self.is_done:
+                self._launch(slot)
         return batch if batch is None else self._finish(batch)
 
     def _take(self, slot: WorkerSlot) -> TensorDictBase | None:

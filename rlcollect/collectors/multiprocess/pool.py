@@ -397,26 +397,46 @@ class WorkerPool:
 
     def await_first_batch(self, slots: Sequence[WorkerSlot]) -> WorkerSlot:
         """The first slot of `slots` with a batch waiting: one already recorded, else the first
-        whose COLLECT reply arrives (each slot by its own deadline, set when it was sent)."""
-        for slot in slots:
+        whose COLLECT reply arrives (each slot by its own deadline, set when it was sent).
+
+        Waits without the pool's lock and reads under it, so that another thread (a weight
+        update sent while a batch is awaited, as TorchRL's `RPCCollector` sends them) talks
+        to the workers in between; what it reads on the way is recorded, and seen here.
+        """
+        while True:
+            with self.lock:
+                for slot in slots:
+                    if slot.has_batch:
+                        return slot
+                waiting = [slot for slot in slots if WorkerCommand.COLLECT in slot.pending]
+                if not waiting:
+                    raise MisuseError("no worker is collecting; send COLLECT first.")
+                connections = [slot.handle.connection for slot in waiting]
+            ready = set(multiprocessing.connection.wait(connections, LIVENESS_INTERVAL))
+            with self.lock:
+                answered = self._read_first_batch(waiting, ready)
+            if answered is not None:
+                return answered
+
+    def _read_first_batch(
+        self, waiting: Sequence[WorkerSlot], ready: set[Any]
+    ) -> WorkerSlot | None:
+        """Read the replies of the `ready` (or late) slots of `waiting`, in the caller's order
+        (not the OS's: a worker always ready first would starve the others, and hide one that
+        died); the first that brings a batch, else None. A reply another thread read since
+        the wait is not waited for again."""
+        now = time.monotonic()
+        for slot in waiting:
             if slot.has_batch:
                 return slot
-        waiting = [slot for slot in slots if WorkerCommand.COLLECT in slot.pending]
-        if not waiting:
-            raise MisuseError("no worker is collecting; send COLLECT first.")
-        while True:
-            connections = [slot.handle.connection for slot in waiting]
-            ready = set(multiprocessing.connection.wait(connections, LIVENESS_INTERVAL))
-            now = time.monotonic()
-            # In the caller's order, not the OS's: a worker always ready first would otherwise
-            # starve the others, and hide one that died (its EOF is ready too).
-            answering = [
-                slot for slot in waiting if slot.handle.connection in ready or now >= slot.deadline
-            ]
-            for slot in answering:
+            if WorkerCommand.COLLECT not in slot.pending:
+                continue
+            late = now >= slot.deadline
+            if late or (slot.handle.connection in ready and slot.handle.poll(0)):
                 self.await_reply(slot, WorkerCommand.COLLECT, slot.deadline)
                 if slot.has_batch:
                     return slot
+        return None
 
     def start_background(self, slot: WorkerSlot, share: int, written_before: int) -> None:
         """Have `slot` fill the buffer in the background with what is left of `share` frames

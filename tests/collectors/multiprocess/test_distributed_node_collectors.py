@@ -140,6 +140,18 @@ def test_distributed_collector_runs_our_collectors_on_its_nodes(name: str, pfact
     assert_weights_reached_the_workers(launcher_run("distributed", "rlcollect", name, pfactory))
 
 
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
+@pytest.mark.parametrize("pfactory", [False, True], ids=["policy", "policy_factory"])
+@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
+def test_rpc_collector_updates_the_workers_of_our_multi_collectors(
+    name: str, pfactory: bool
+) -> None:
+    """TorchRL's `RPCCollector` sends weights into the node collector's `policy` through its
+    scheme, which passes them on with `update_policy_weights_` to the workers."""
+    assert_weights_reached_the_workers(launcher_run("rpc", "rlcollect", name, pfactory))
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=False,

@@ -10,6 +10,8 @@ before a batch (TorchRL's RPC scheme would block there, waiting for weights).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -47,6 +49,8 @@ def test_a_torchrl_scheme_is_set_up_on_the_receiver_before_it_connects(owner: st
         assert scheme.synchronized_on_receiver
         assert scheme.worker_idx == 3
         assert scheme.model is collector.get_model("policy")
+        gc.collect()  # TorchRL's schemes hold their context by weak reference
+        assert scheme.context is not None, "the context must outlive set-up: it passes on"
         assert collector._receiver_schemes["policy"] is scheme
         # Driven by its sender, not polled: batches come without waiting for weights.
         assert [data.numel() for data in collector] == [10, 10]
