@@ -1,0 +1,173 @@
+"""RLlib's env fault tolerance on our `SingleAgentEnvRunner`, beside RLlib's own runner: a real
+Gymnasium env whose `step()` (or `reset()`) raises once. With `restart_failed_sub_environments`
+the env is rebuilt and sampling goes on with RLlib's semantics (the episodes finished before the
+failure are kept, the ongoing ones are dropped, the count starts again); without it the env's
+error reaches the caller with the env's own traceback."""
+
+from __future__ import annotations
+
+import traceback
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "ray.rllib",
+    reason="RLlib is not importable: install the rllib extra (pip install 'rlcollect[rllib]')",
+    exc_type=ImportError,
+)
+
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
+
+from rlcollect.rllib import SingleAgentEnvRunner
+
+RUNNER_TIMEOUT = 300
+EPISODE_LEN = 10
+
+
+class SimulatorCrashError(Exception):
+    """What the flaky env raises."""
+
+
+class FlakyEnv(gym.Env):
+    """Episodes of exactly `EPISODE_LEN` steps (observation: the step within the episode). The
+    `fail_step`-th call of `step()` (or the `fail_reset`-th of `reset()`), counted over every
+    instance in this process, raises once, so the rebuilt env runs on."""
+
+    observation_space = gym.spaces.Box(-1.0, 100.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    steps = 0
+    resets = 0
+
+    def __init__(self, config: dict | None = None) -> None:
+        config = config or {}
+        self._fail_step = config.get("fail_step")
+        self._fail_reset = config.get("fail_reset")
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        FlakyEnv.resets += 1
+        if FlakyEnv.resets == self._fail_reset:
+            raise SimulatorCrashError(f"the simulator crashed in reset number {FlakyEnv.resets}")
+        self._t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: int) -> tuple:
+        FlakyEnv.steps += 1
+        if FlakyEnv.steps == self._fail_step:
+            raise SimulatorCrashError(f"the simulator crashed in step number {FlakyEnv.steps}")
+        self._t += 1
+        return np.array([self._t], np.float32), 1.0, self._t >= EPISODE_LEN, False, {}
+
+
+class PipelineRunner(SingleAgentEnvRunner):
+    """Ours with the fast path off: every step through RLlib's pipelines."""
+
+    allow_fast_path = False
+
+
+RUNNERS = {
+    "rllib": RLlibRunner,
+    "ours-fast": SingleAgentEnvRunner,
+    "ours-pipelines": PipelineRunner,
+}
+
+
+def flaky_config(num_envs: int, restart: bool, **fail: int) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment(FlakyEnv, env_config=fail, disable_env_checking=True)
+        .env_runners(num_envs_per_env_runner=num_envs)
+        .fault_tolerance(restart_failed_sub_environments=restart)
+    )
+
+
+def build_and_count_from_zero(name: str, config: PPOConfig) -> object:
+    runner = RUNNERS[name](config=config, worker_index=1)
+    FlakyEnv.steps = FlakyEnv.resets = 0  # building may touch the env; count sampling only
+    return runner
+
+
+def layout(episodes: list) -> list[tuple[int, bool, int]]:
+    """Each chunk's length, whether its episode ended, and its first step."""
+    return [(len(episode), episode.is_done, episode.t_started) for episode in episodes]
+
+
+def sample_through_a_failure(name: str, num_envs: int, **fail: int) -> dict[str, object]:
+    runner = build_and_count_from_zero(name, flaky_config(num_envs, True, **fail))
+    env_before = runner.env
+    first = runner.sample(num_timesteps=50)
+    rebuilt = runner.env is not env_before
+    second = runner.sample(num_timesteps=20)
+    for episode in first + second:
+        episode.validate()
+        # Every chunk is one episode's run of steps: its observations count them from t_started.
+        observations = np.asarray(episode.get_observations()).ravel()
+        np.testing.assert_array_equal(
+            observations, np.arange(len(observations)) + episode.t_started
+        )
+    facts = {
+        "rebuilt": rebuilt,
+        "first": layout(first),
+        "second": layout(second),
+        "step_failures": runner.get_metrics().get("num_env_step_failures"),
+    }
+    runner.stop()
+    return facts
+
+
+# The 25th step fails. With 1 env: 2 whole episodes before it, the third (4 steps in) dropped,
+# then 50 steps from fresh resets: 5 whole episodes. With 2 envs: 12 steps of each before it (one
+# whole episode each, 2 steps of the next dropped), then 25 steps of each: 2 whole episodes and
+# an ongoing chunk of 5.
+AFTER_A_FAILED_STEP = {
+    1: [(EPISODE_LEN, True, 0)] * 7,
+    2: [(EPISODE_LEN, True, 0)] * 6 + [(5, False, 0)] * 2,
+}
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_a_failed_step_rebuilds_the_env_and_sampling_goes_on_as_in_rllib(num_envs):
+    facts = {name: sample_through_a_failure(name, num_envs, fail_step=25) for name in RUNNERS}
+    assert facts["rllib"]["first"] == AFTER_A_FAILED_STEP[num_envs]
+    assert facts["rllib"]["rebuilt"] is True
+    assert facts["rllib"]["step_failures"] == 1
+    for name in ("ours-fast", "ours-pipelines"):
+        assert facts[name] == facts["rllib"], name
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+def test_a_failed_reset_rebuilds_the_env_and_sampling_goes_on_as_in_rllib():
+    # The 3rd reset (after the 2nd episode) fails: RLlib's runner meets it in the vector env's
+    # autoreset (a failed step), ours in its masked reset; either way the finished episodes stay.
+    facts = {name: sample_through_a_failure(name, 1, fail_reset=3) for name in RUNNERS}
+    assert facts["rllib"]["first"] == [(EPISODE_LEN, True, 0)] * 7
+    assert facts["rllib"]["step_failures"] == 1
+    for name in ("ours-fast", "ours-pipelines"):
+        assert facts[name] == facts["rllib"], name
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+@pytest.mark.parametrize("name", list(RUNNERS))
+def test_without_restart_the_envs_error_reaches_the_caller_with_its_traceback(name):
+    runner = build_and_count_from_zero(name, flaky_config(2, False, fail_step=25))
+    with pytest.raises(RuntimeError) as raised:
+        runner.sample(num_timesteps=50)
+    cause = raised.value.__cause__
+    assert isinstance(cause, SimulatorCrashError)
+    assert str(cause) == "the simulator crashed in step number 25"
+    # The env's own frame, the line that raised, is in the traceback the caller gets.
+    last = traceback.extract_tb(cause.__traceback__)[-1]
+    assert (last.filename, last.name) == (__file__, "step")
+    assert "raise SimulatorCrashError" in "".join(traceback.format_exception(raised.value))
+    if name != "rllib":  # ours also says what failed where, and which setting would go on
+        assert raised.match(
+            r"env.step\(\) failed in \w+ \(worker_index=1\): SimulatorCrashError\('the simulator "
+            r"crashed in step number 25'\)\. To rebuild the env and go on instead, set "
+            r"config.fault_tolerance\(restart_failed_sub_environments=True\)\."
+        )
+    runner.stop()
