@@ -1,8 +1,8 @@
-"""RLlib's env fault tolerance on our `SingleAgentEnvRunner`, beside RLlib's own runner: a real
-Gymnasium env whose `step()` (or `reset()`) raises once. With `restart_failed_sub_environments`
-the env is rebuilt and sampling goes on with RLlib's semantics (the episodes finished before the
-failure are kept, the ongoing ones are dropped, the count starts again); without it the env's
-error reaches the caller with the env's own traceback."""
+"""RLlib's env fault tolerance on our EnvRunners, beside RLlib's own runners: a real Gymnasium
+(or RLlib multi-agent) env whose `step()` (or `reset()`) raises once. With
+`restart_failed_sub_environments` the env is rebuilt and sampling goes on with RLlib's semantics
+(the episodes finished before the failure are kept, the ongoing ones are dropped, the count
+starts again); without it the env's error reaches the caller with the env's own traceback."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ pytest.importorskip(
 )
 
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as RLlibMultiAgentRunner
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
 
-from rlcollect.rllib import SingleAgentEnvRunner
+from rlcollect.rllib import MultiAgentEnvRunner, SingleAgentEnvRunner
 
 RUNNER_TIMEOUT = 300
 EPISODE_LEN = 10
@@ -171,3 +173,71 @@ def test_without_restart_the_envs_error_reaches_the_caller_with_its_traceback(na
             r"config.fault_tolerance\(restart_failed_sub_environments=True\)\."
         )
     runner.stop()
+
+
+# --- multi-agent -----------------------------------------------------------------------------
+
+
+class FlakyMultiAgentEnv(MultiAgentEnv):
+    """Two agents acting together in episodes of exactly `EPISODE_LEN` steps; the
+    `fail_step`-th `step()` over every instance in this process raises once."""
+
+    steps = 0
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self._fail_step = (config or {}).get("fail_step")
+        self.agents = self.possible_agents = ["a", "b"]
+        space = gym.spaces.Box(-1.0, 100.0, (1,), np.float32)
+        self.observation_spaces = dict.fromkeys(self.agents, space)
+        self.action_spaces = dict.fromkeys(self.agents, gym.spaces.Discrete(2))
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        self._t = 0
+        return {agent: np.array([0.0], np.float32) for agent in self.agents}, {}
+
+    def step(self, actions: dict) -> tuple:
+        FlakyMultiAgentEnv.steps += 1
+        if FlakyMultiAgentEnv.steps == self._fail_step:
+            raise SimulatorCrashError(f"the simulator crashed in step number {self._t + 1}")
+        self._t += 1
+        observations = {agent: np.array([self._t], np.float32) for agent in self.agents}
+        rewards = dict.fromkeys(self.agents, 1.0)
+        done = {"__all__": self._t >= EPISODE_LEN}
+        return observations, rewards, done, {"__all__": False}, {}
+
+
+def sample_multi_agent_through_a_failure(cls: type) -> dict[str, object]:
+    config = (
+        PPOConfig()
+        .environment(FlakyMultiAgentEnv, env_config={"fail_step": 25})
+        .multi_agent(policies={"p"}, policy_mapping_fn=lambda agent, *args, **kwargs: "p")
+        .env_runners(num_envs_per_env_runner=1)
+        .fault_tolerance(restart_failed_sub_environments=True)
+    )
+    runner = cls(config=config, worker_index=1)
+    FlakyMultiAgentEnv.steps = 0
+    env_before = runner.env
+    first = runner.sample(num_timesteps=50)
+    rebuilt = runner.env is not env_before
+    second = runner.sample(num_timesteps=20)
+    for episode in first + second:
+        episode.validate()
+    facts = {
+        "rebuilt": rebuilt,
+        "first": [(e.env_steps(), e.agent_steps(), e.is_done, e.env_t_started) for e in first],
+        "second": [(e.env_steps(), e.agent_steps(), e.is_done, e.env_t_started) for e in second],
+        "step_failures": runner.get_metrics().get("num_env_step_failures"),
+    }
+    runner.stop()
+    return facts
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+def test_a_failed_multi_agent_step_rebuilds_the_env_and_sampling_goes_on_as_in_rllib():
+    rllib = sample_multi_agent_through_a_failure(RLlibMultiAgentRunner)
+    # 2 whole episodes before the failed 25th step, the third dropped, then 5 whole ones.
+    assert rllib["first"] == [(EPISODE_LEN, 2 * EPISODE_LEN, True, 0)] * 7
+    assert (rllib["rebuilt"], rllib["step_failures"]) == (True, 1)
+    assert sample_multi_agent_through_a_failure(MultiAgentEnvRunner) == rllib
