@@ -19,6 +19,7 @@ pytest.importorskip(
 )
 
 from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.env.env_errors import StepFailedRecreateEnvError
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as RLlibMultiAgentRunner
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
@@ -172,6 +173,35 @@ def test_without_restart_the_envs_error_reaches_the_caller_with_its_traceback(na
             r"crashed in step number 25'\)\. To rebuild the env and go on instead, set "
             r"config.fault_tolerance\(restart_failed_sub_environments=True\)\."
         )
+    runner.stop()
+
+
+class RecreateMeEnv(FlakyEnv):
+    """Raises RLlib's `StepFailedRecreateEnvError` (an env's request for a quiet rebuild)."""
+
+    def step(self, action: int) -> tuple:
+        try:
+            return super().step(action)
+        except SimulatorCrashError as err:
+            raise StepFailedRecreateEnvError(str(err)) from None
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+@pytest.mark.parametrize("env_cls", [FlakyEnv, RecreateMeEnv], ids=["crash", "recreate-request"])
+@pytest.mark.parametrize("name", ["ours-fast", "ours-pipelines"])
+def test_a_rebuild_is_logged_unless_the_env_asked_for_it(name, env_cls, caplog):
+    config = flaky_config(1, True, fail_step=5).environment(env_cls)
+    runner = build_and_count_from_zero(name, config)
+    with caplog.at_level("ERROR", logger="rlcollect.rllib"):
+        episodes = runner.sample(num_timesteps=20)
+    assert sum(len(episode) for episode in episodes) == 20  # all after the rebuild
+    assert runner.get_metrics()["num_env_step_failures"] == 1
+    logged = [record for record in caplog.records if record.name.startswith("rlcollect.rllib")]
+    if env_cls is RecreateMeEnv:  # as RLlib's runners: no log for a requested rebuild
+        assert logged == []
+    else:
+        assert len(logged) == 1
+        assert "SimulatorCrashError: the simulator crashed" in logged[0].exc_text
     runner.stop()
 
 
