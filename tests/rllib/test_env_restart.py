@@ -271,3 +271,24 @@ def test_a_failed_multi_agent_step_rebuilds_the_env_and_sampling_goes_on_as_in_r
     assert rllib["first"] == [(EPISODE_LEN, 2 * EPISODE_LEN, True, 0)] * 7
     assert (rllib["rebuilt"], rllib["step_failures"]) == (True, 1)
     assert sample_multi_agent_through_a_failure(MultiAgentEnvRunner) == rllib
+
+
+@pytest.mark.timeout(RUNNER_TIMEOUT)
+@pytest.mark.parametrize("cls", [RLlibMultiAgentRunner, MultiAgentEnvRunner], ids=["rllib", "ours"])
+def test_without_restart_a_multi_agent_envs_error_reaches_the_caller_with_its_traceback(cls):
+    config = (
+        PPOConfig()
+        .environment(FlakyMultiAgentEnv, env_config={"fail_step": 5})
+        .multi_agent(policies={"p"}, policy_mapping_fn=lambda agent, *args, **kwargs: "p")
+    )
+    runner = cls(config=config, worker_index=1)
+    FlakyMultiAgentEnv.steps = 0
+    with pytest.raises(RuntimeError) as raised:
+        runner.sample(num_timesteps=20)
+    cause = raised.value.__cause__
+    assert isinstance(cause, SimulatorCrashError)
+    last = traceback.extract_tb(cause.__traceback__)[-1]
+    assert (last.filename, last.name) == (__file__, "step")
+    if cls is MultiAgentEnvRunner:
+        assert raised.match(r"env.step\(\) failed in MultiAgentEnvRunner \(worker_index=1\)")
+    runner.stop()
