@@ -13,7 +13,9 @@ example: lr 3e-4, 6 epochs, vf_loss_coeff 0.01, a 32-unit linear MLP with a shar
 layer, 4,000 steps per batch) trained until the episode return mean reaches 450, for each seed
 with RLlib's runner and with ours in turn (seed 0 RLlib, seed 0 ours, seed 1 RLlib, ...), so both
 run under the same load. Reported per run: the env steps sampled to reach 450
-(`num_env_steps_sampled_lifetime`), the iterations and the wall time; then the medians.
+(`num_env_steps_sampled_lifetime`), the iterations, the training wall time and the part of it
+spent in the runner's `sample()` (timed with `--env-runners 0`, the default, where the
+Algorithm's local runner samples); then the medians. Writes the rows with `--json`.
 
 Needs the `rllib` extra (ray[rllib]).
 
@@ -192,23 +194,24 @@ def print_train_table(rows: list[dict[str, object]], threshold: float) -> None:
         "\n| runner | runs reached | median env steps | median train wall s | median sampling s |"
     )
     print("|---|---:|---:|---:|---:|")
-    for runner in RUNNERS:
-        reached = [row for row in rows if row["runner"] == runner and row["reached"]]
+    medians = {runner: train_medians(rows, runner) for runner in RUNNERS}
+    for runner, median in medians.items():
         runs = sum(row["runner"] == runner for row in rows)
-        if reached:
-            steps = statistics.median(row["env_steps"] for row in reached)
-            wall = statistics.median(row["train_s"] for row in reached)
-            sampling = statistics.median(row["sample_s"] for row in reached)
-            print(
-                f"| {runner} | {len(reached)}/{runs} | {steps:,.0f} | {wall:.1f} | {sampling:.1f} |"
-            )
-        else:
-            print(f"| {runner} | 0/{runs} | - | - | - |")
-    medians = {}
-    for runner in RUNNERS:
-        walls = [row["train_s"] for row in rows if row["runner"] == runner and row["reached"]]
-        medians[runner] = statistics.median(walls) if walls else float("nan")
-    print(f"median train wall time, RLlib's / ours: {medians['rllib'] / medians['rlcollect']:.2f}x")
+        print(
+            f"| {runner} | {median['reached']}/{runs} | {median['env_steps']:,.0f} | "
+            f"{median['train_s']:.1f} | {median['sample_s']:.1f} |"
+        )
+    ratio = medians["rllib"]["train_s"] / medians["rlcollect"]["train_s"]
+    print(f"median train wall time, RLlib's / ours: {ratio:.2f}x")
+
+
+def train_medians(rows: list[dict[str, object]], runner: str) -> dict[str, float]:
+    """The medians of `runner`'s runs that reached the threshold (NaN where none did)."""
+    reached = [row for row in rows if row["runner"] == runner and row["reached"]]
+    medians: dict[str, float] = {"reached": len(reached)}
+    for key in ("env_steps", "train_s", "sample_s"):
+        medians[key] = statistics.median(row[key] for row in reached) if reached else float("nan")
+    return medians
 
 
 def run_training(args: argparse.Namespace) -> None:
