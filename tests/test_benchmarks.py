@@ -208,3 +208,21 @@ def test_rllib_benchmark_quick() -> None:
     output = run("rllib.py", "--quick", "--envs", "1", "8", "--frames", "200")
     assert "ours/RLlib" in output
     assert "target >= 3x RLlib's runner at 8 envs" in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rllib_benchmark_train_quick(tmp_path: Path) -> None:
+    """The learning-parity mode: one tiny PPO iteration with RLlib's runner and with ours."""
+    pytest.importorskip(
+        "ray.rllib", reason="RLlib is not importable: install the rllib extra", exc_type=ImportError
+    )
+    written = tmp_path / "train.json"
+    output = run("rllib.py", "--train", "--quick", "--json", str(written))
+    assert "| seed | runner | reached 0 | return mean |" in output
+    rows = json.loads(written.read_text())
+    assert [(row["runner"], row["seed"]) for row in rows] == [("rllib", 0), ("rlcollect", 0)]
+    for row in rows:
+        # One iteration of a 200-step batch (1 env: exactly the batch), ending in an episode.
+        assert (row["iterations"], row["env_steps"], row["reached"]) == (1, 200, True)
+        assert row["return_mean"] > 0

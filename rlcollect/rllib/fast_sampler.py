@@ -145,7 +145,7 @@ class FastSampler:
             self._columns.reserve(row + 1)
             try:
                 if self._step(row, explore, random_actions, t(row * self._host.num_envs)):
-                    finished.extend(self._finish_episodes(row, num_episodes, len(finished)))
+                    self._finish_episodes(row, num_episodes, finished)
                     row += 1
                     continue
             except EnvRebuiltError:
@@ -186,15 +186,17 @@ class FastSampler:
         return True
 
     def _finish_episodes(
-        self, row: int, num_episodes: int | None, already: int
-    ) -> list[SingleAgentEpisode]:
-        """Chunks of the episodes that ended at `row`; those sub-envs reset, fresh episodes."""
+        self, row: int, num_episodes: int | None, finished: list[SingleAgentEpisode]
+    ) -> None:
+        """Append the chunks of the episodes that ended at `row` to `finished`, then reset
+        those sub-envs for fresh episodes. The chunks go in before the reset: a reset that
+        fails and rebuilds the env (EnvRebuiltError) keeps them, as RLlib keeps an episode
+        that finished before a failure."""
         done = self._columns.row(TERMINATED, row) | self._columns.row(TRUNCATED, row)
         if not done.any():
-            return []
-        finished = []
+            return
         for index in np.flatnonzero(done):
-            if num_episodes is not None and already + len(finished) >= num_episodes:
+            if num_episodes is not None and len(finished) >= num_episodes:
                 break
             finished.append(
                 self._chunk(index, row, self._observations[index], self._infos[index], True)
@@ -208,7 +210,6 @@ class FastSampler:
             self.starts[index] = None
             self._segment_start[index] = row + 1
         self._observations, self._infos = observations, infos
-        return finished
 
     def _chunk(
         self, index: int, last_row: int, last_observation: Any, last_info: dict, ended: bool

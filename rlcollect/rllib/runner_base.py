@@ -14,6 +14,7 @@ from ray.rllib.core import (
     COMPONENT_MODULE_TO_ENV_CONNECTOR,
     COMPONENT_RL_MODULE,
 )
+from ray.rllib.env.env_errors import StepFailedRecreateEnvError
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils import force_list
 from ray.rllib.utils.checkpoints import Checkpointable
@@ -185,7 +186,9 @@ class RunnerBase(EnvRunner, Checkpointable):
 
     def try_env_step(self, actions: Any) -> tuple | None:
         """`env.step(actions)`, timed; None when it failed and the env was rebuilt (the caller
-        starts every episode again), an error naming the fix when it failed otherwise."""
+        starts every episode again), an error naming the fix when it failed otherwise. As in
+        RLlib, a rebuild is logged with the env's traceback unless the env raised RLlib's
+        `StepFailedRecreateEnvError` (an env's way to ask for a quiet rebuild)."""
         started = time.perf_counter()
         try:
             results = self.env.step(actions)
@@ -197,7 +200,8 @@ class RunnerBase(EnvRunner, Checkpointable):
                     f"{self.worker_index}): {err!r}. To rebuild the env and go on instead, set "
                     "config.fault_tolerance(restart_failed_sub_environments=True)."
                 ) from err
-            logger.exception("env.step() failed; rebuilding the env and resetting every sub-env")
+            if not isinstance(err, StepFailedRecreateEnvError):  # that one asks for quiet
+                logger.exception("env.step() failed; rebuilding the env, resetting every sub-env")
             self.make_env()
             self._needs_initial_reset = False  # the caller resets every sub-env at once
             return None

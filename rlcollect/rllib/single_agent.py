@@ -197,7 +197,9 @@ class SingleAgentEnvRunner(RunnerBase):
         self, mask: np.ndarray | None, seed: int | None = None
     ) -> tuple[Any, list[dict]]:
         """Reset every sub-env, or those in the bool `mask` (a masked reset that fails with
-        `restart_failed_sub_environments` rebuilds the env and raises `EnvRebuiltError`)."""
+        `restart_failed_sub_environments` rebuilds the env and raises `EnvRebuiltError`; it
+        counts as a failed env step, as RLlib's runner meets it in the vector env's autoreset
+        step)."""
         options = None if mask is None else {"reset_mask": mask}
         started = time.perf_counter()
         try:
@@ -208,6 +210,7 @@ class SingleAgentEnvRunner(RunnerBase):
             logger.exception("env.reset() failed; rebuilding the env and resetting every sub-env")
             self.make_env()
             if mask is not None:
+                self.metrics.log_value("num_env_step_failures", 1, reduce="lifetime_sum")
                 self._needs_initial_reset = False  # the caller resets every sub-env at once
                 raise EnvRebuiltError from None
             return self.try_env_reset(None, seed=seed)
