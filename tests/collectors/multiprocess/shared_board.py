@@ -4,15 +4,20 @@ Each env made writes, at every reset and step, how many it has done into its own
 board, and observes the whole board as it reads it (`"board"`). Handed to workers shared, a
 worker's writes are seen by the parent and in the other workers' observations; handed over
 copied, each worker writes and reads a board of its own.
+
+And TorchRL's way to share running statistics: a maker over `VecNormV2(shared_data=...)`, the
+statistics in shared memory (with a shared lock), which every env made updates; run with our
+collectors here and with TorchRL's in `frontends_side.py`.
 """
 
 from __future__ import annotations
 
 import functools
+import multiprocessing
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect.envs.specs import Composite, Unbounded
@@ -78,3 +83,42 @@ class FirstAction(torch.nn.Module):
 def first_action_policy() -> TensorDictModule:
     """`FirstAction` reading `"observation"`, writing `"action"`."""
     return TensorDictModule(FirstAction(), in_keys=["observation"], out_keys=["action"])
+
+
+def vecnorm_cartpole(stats: TensorDictBase, lock: Any) -> Any:
+    """TorchRL's CartPole, episodes of 5 steps, its observation normalised by a `VecNormV2`
+    whose statistics are `stats`."""
+    from torchrl.envs import Compose, GymEnv, StepCounter, TransformedEnv, VecNormV2
+
+    return TransformedEnv(
+        GymEnv("CartPole-v1"),
+        Compose(
+            StepCounter(max_steps=5),
+            VecNormV2(in_keys=["observation"], shared_data=stats, lock=lock),
+        ),
+    )
+
+
+def count_in_shared_statistics(
+    collector_class: Any, frames_per_batch: int, batches: int
+) -> dict[str, float]:
+    """Collect with `collector_class` over two makers sharing one set of statistics: the frames
+    collected, and how many observations the statistics counted, as this process sees them."""
+    observations = {"observation": torch.zeros(4)}
+    stats = TensorDict(
+        loc=observations, var=observations, count={"observation": torch.zeros(())}
+    ).share_memory_()
+    lock = multiprocessing.get_context("spawn").Lock()
+    maker = functools.partial(vecnorm_cartpole, stats, lock)
+    collector = collector_class(
+        [maker, maker],
+        None,
+        frames_per_batch=frames_per_batch,
+        total_frames=frames_per_batch * batches,
+        cat_results="stack",
+    )
+    try:
+        frames = sum(batch.numel() for batch in collector)
+    finally:
+        collector.shutdown()
+    return {"frames": frames, "count": float(stats["count", "observation"])}

@@ -19,10 +19,12 @@ import torch
 
 from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.envs import ParallelEnv
+from tests.collectors.multiprocess.frontends_side import run_torchrl_side
 from tests.collectors.multiprocess.shared_board import (
     BOARD,
     PARENT_SLOT,
     board_makers,
+    count_in_shared_statistics,
     first_action_policy,
     shared_board,
 )
@@ -145,3 +147,15 @@ def test_parallel_env_workers_write_into_one_board() -> None:
     assert (seen[..., PARENT_SLOT] == MARK).all(), seen
     assert (seen[0, :, 1] >= 4).all(), seen  # the first rollout's reset and 3 steps
     assert (seen[1, :, 0] >= 4).all(), seen
+
+
+def test_workers_update_one_set_of_vecnorm_statistics_as_torchrls() -> None:
+    """TorchRL's `VecNormV2(shared_data=...)` in a maker: every worker's env counts its
+    observations in the statistics this process holds, on TorchRL's collector and on ours."""
+    request = {"frames_per_batch": 40, "batches": 2}
+    theirs = run_torchrl_side("shared_statistics", request)
+    ours = count_in_shared_statistics(MultiSyncCollector, **request)
+    assert ours["frames"] == theirs["frames"] == 80
+    # 80 steps and the resets that began each worker's 5-step episodes, counted in one place.
+    assert theirs["count"] > theirs["frames"]
+    assert ours["count"] == theirs["count"]
