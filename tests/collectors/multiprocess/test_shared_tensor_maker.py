@@ -127,9 +127,13 @@ def test_the_policy_stays_copied() -> None:
         collector.next()
         with torch.no_grad():
             policy.module.scale.fill_(5.0)
-        before_update = [float(p.module.scale) for p in collector.get_distant_attr("policy")]
+        before_update = [
+            float(p.module.scale.detach()) for p in collector.get_distant_attr("policy")
+        ]
         collector.update_policy_weights_()
-        after_update = [float(p.module.scale) for p in collector.get_distant_attr("policy")]
+        after_update = [
+            float(p.module.scale.detach()) for p in collector.get_distant_attr("policy")
+        ]
     assert before_update == [1.0, 1.0]
     assert after_update == [5.0, 5.0]
 
