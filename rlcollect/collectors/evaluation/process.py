@@ -91,8 +91,11 @@ class ProcessBackend:
         startup_timeout: float = 300.0,
     ) -> None:
         self.scheme = policy_scheme(weight_sync_schemes)
+        # The env factory's tensors in shared memory reach the worker shared (as the
+        # multi-process collectors' env makers'); the policy factory's are copied.
+        env_payload = WorkerPayload(env_factory, share_tensors=True)
         self._spec = WorkerPayload(
-            EvaluationWorkerSpec(env_factory, policy_factory, settings, self.scheme, init_fn)
+            EvaluationWorkerSpec(env_payload, policy_factory, settings, self.scheme, init_fn)
         )
         self._context = worker_context(mp_start_method)
         self._startup_timeout = startup_timeout
