@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors import AsyncBatchedCollector, MultiAsyncCollector, MultiSyncCollector
 from rlcollect.envs import ParallelEnv
 from tests.collectors.multiprocess.frontends_side import run_torchrl_side
 from tests.collectors.multiprocess.shared_board import (
@@ -163,3 +163,26 @@ def test_workers_update_one_set_of_vecnorm_statistics_as_torchrls() -> None:
     # 80 steps and the resets that began each worker's 5-step episodes, counted in one place.
     assert theirs["count"] > theirs["frames"]
     assert ours["count"] == theirs["count"]
+
+
+def test_async_batched_env_workers_write_into_one_board() -> None:
+    """`AsyncBatchedCollector`'s env workers are `MultiAsyncCollector`'s: shared there too."""
+    board = shared_board(2)
+    collector = AsyncBatchedCollector(
+        board_makers(board),
+        policy=first_action_policy(),
+        frames_per_batch=8,
+        total_frames=64,
+        env_backend="multiprocessing",
+    )
+    try:
+        batches = iter(collector)
+        next(batches)
+        board[PARENT_SLOT] = MARK
+        *_, last = batches
+    finally:
+        collector.shutdown()
+    final = last["next", BOARD].reshape(-1, 3)[-1]  # what the last frame's env read
+    assert final[PARENT_SLOT] == MARK, final
+    assert (final[:PARENT_SLOT] > 0).all(), final  # both workers' tallies, read by one
+    assert (board[:PARENT_SLOT] >= final[:PARENT_SLOT]).all(), (board, final)
