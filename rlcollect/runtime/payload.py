@@ -149,10 +149,11 @@ class WorkerPayload:
         self.data, self.aside = _packed(value, share_tensors)
         if share_tensors and _over_budget(self.aside):
             warnings.warn(
-                f"an env maker holds {shared_storages(self.aside)} tensors in shared memory, "
-                f"more than the {DESCRIPTOR_BUDGET} a worker can be handed as file "
+                f"an env maker holds tensors in {shared_storages(self.aside)} shared-memory "
+                f"storages, more than the {DESCRIPTOR_BUDGET} a worker can be handed as file "
                 f"descriptors: the workers get copies. Call torch.multiprocessing."
-                f"set_sharing_strategy('file_system') to share them all.",
+                f"set_sharing_strategy('file_system') before building the collector to share "
+                f"them all.",
                 stacklevel=2,
             )
             self.data, self.aside = _packed(value, share_tensors=False)

@@ -140,7 +140,8 @@ def test_workers_write_into_shared_tensors_seen_here_and_by_each_other(start_met
 
 def test_a_maker_with_more_shared_storages_than_descriptors_is_copied_with_a_warning() -> None:
     many = [torch.zeros(1).share_memory_() for _ in range(DESCRIPTOR_BUDGET + 1)]
-    with pytest.warns(UserWarning, match=r"holds 129 tensors in shared memory, more than the 128"):
+    expected = r"tensors in 129 shared-memory storages, more than the 128 a worker"
+    with pytest.warns(UserWarning, match=expected):
         payload = WorkerPayload(many, share_tensors=True)
     assert payload.aside == []
     assert WorkerPayload(many[:DESCRIPTOR_BUDGET], share_tensors=True).aside == many[:-1]
