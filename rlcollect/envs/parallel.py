@@ -80,7 +80,7 @@ class ParallelEnv(EnvBase):
         startup_timeout: float = 300.0,
     ) -> None:
         factories = env_factories(num_workers, create_env_fn, create_env_kwargs)
-        payloads = [WorkerPayload(factory) for factory in factories]
+        payloads = [WorkerPayload(factory, share_tensors=True) for factory in factories]
         context = worker_context(mp_start_method)
         self.num_workers = num_workers
         self._workers: list[WorkerHandle] = []

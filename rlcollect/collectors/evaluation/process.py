@@ -18,7 +18,7 @@ import pickle
 import threading
 from collections.abc import Callable, Mapping
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -91,8 +91,12 @@ class ProcessBackend:
         startup_timeout: float = 300.0,
     ) -> None:
         self.scheme = policy_scheme(weight_sync_schemes)
+        # The env factory's tensors in shared memory reach the worker shared (as the
+        # multi-process collectors' env makers'); the policy factory's are copied. The worker
+        # finds the factory itself in the spec: a payload in a payload is loaded in place.
+        env_payload = cast("Callable[[], Any]", WorkerPayload(env_factory, share_tensors=True))
         self._spec = WorkerPayload(
-            EvaluationWorkerSpec(env_factory, policy_factory, settings, self.scheme, init_fn)
+            EvaluationWorkerSpec(env_payload, policy_factory, settings, self.scheme, init_fn)
         )
         self._context = worker_context(mp_start_method)
         self._startup_timeout = startup_timeout

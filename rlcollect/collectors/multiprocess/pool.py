@@ -32,7 +32,6 @@ from rlcollect.collectors.multiprocess.worker import (
     run_collector_worker,
 )
 from rlcollect.errors import MisuseError, WorkerError, WorkerRaisedError, WorkerTimeoutError
-from rlcollect.runtime.payload import WorkerPayload
 from rlcollect.runtime.processes import (
     HEADER,
     LIVENESS_INTERVAL,
@@ -217,12 +216,8 @@ class WorkerPool:
 
     def _start_process(self, index: int) -> WorkerHandle:
         spec = self.specs[index]
-        shared, spec.shared = spec.shared, {}
-        try:
-            # Packed again at each start: a restarted worker gets the shared objects too.
-            payload = WorkerPayload(spec)
-        finally:
-            spec.shared = shared
+        # Packed again at each start: a restarted worker gets the shared objects too.
+        payload, shared = spec.payload(), spec.shared
         handle = WorkerHandle(
             index,
             self.context,

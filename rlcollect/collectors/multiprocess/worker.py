@@ -10,6 +10,7 @@ once, with the first batch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import pickle
 import struct
@@ -94,6 +95,14 @@ class WorkerSpec:
     init_fn: Callable[[], None] | None = None  # TorchRL's: run first in the worker process
     models: dict[str, Any] = field(default_factory=dict)  # other models' weights, by model id
     shared: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> WorkerPayload:
+        """This spec packed for a worker's start, without `shared` (sent beside it). The env
+        maker travels in a payload of its own, whose tensors in shared memory reach the worker
+        shared (a TorchRL `EnvCreator`'s state, statistics its envs update together); the
+        policy's are copied: a worker's policy changes only when weights are sent to it."""
+        maker = WorkerPayload(self.create_env_fn, share_tensors=True)
+        return WorkerPayload(dataclasses.replace(self, create_env_fn=maker, shared={}))
 
     def build(self) -> Any:
         """The collector, with its trajectory ids and the current weights (after `init_fn`).

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tensordict import TensorDictBase
 
 from rlcollect.collectors import Evaluator, SharedMemWeightSyncScheme
 from rlcollect.errors import WorkerError, WorkerRaisedError
@@ -23,6 +24,12 @@ from tests.collectors.evaluation.parts import (
     slow_policy_factory,
     slowly_built_env,
     where_and_what,
+)
+from tests.collectors.multiprocess.shared_board import (
+    BOARD,
+    PARENT_SLOT,
+    board_makers,
+    shared_board,
 )
 from tests.conftest import processes_gone
 
@@ -152,3 +159,20 @@ def test_shutdown_ends_a_worker_still_building_its_env_within_its_timeout() -> N
     started = time.monotonic()
     evaluator.shutdown(timeout=3)
     assert time.monotonic() - started < 6
+
+
+def board_seen(batch: TensorDictBase) -> dict[str, float]:
+    """The least the worker's env read in this process's slot of the board."""
+    return {"parent_slot": float(batch["next", BOARD][..., PARENT_SLOT].min())}
+
+
+def test_an_env_factorys_shared_tensors_are_shared_with_the_worker() -> None:
+    board = shared_board(1)
+    (maker,) = board_makers(board)
+    with process_evaluator(maker, metrics_fn=board_seen) as evaluator:
+        assert evaluator.evaluate(step=0)["eval/parent_slot"] == 0.0
+        tallied = float(board[0])
+        assert tallied >= 10  # the worker's two episodes: its writes reached this process
+        board[PARENT_SLOT] = 7.0  # after the worker started
+        assert evaluator.evaluate(step=1)["eval/parent_slot"] == 7.0
+    assert float(board[0]) > tallied

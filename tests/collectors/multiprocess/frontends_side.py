@@ -144,10 +144,26 @@ def torchrl_shared_counts(request: dict[str, Any]) -> dict[str, Any]:
     return {"batches": batches, "parent_count": int(maker._mp_values[0][1].value)}
 
 
+def torchrl_shared_statistics(request: dict[str, Any]) -> dict[str, float]:
+    """TorchRL's MultiSyncCollector over two makers sharing `VecNormV2` statistics in shared
+    memory (`shared_board.count_in_shared_statistics`)."""
+    from torchrl.collectors import MultiSyncCollector
+
+    from tests.collectors.multiprocess.shared_board import count_in_shared_statistics
+
+    return count_in_shared_statistics(
+        MultiSyncCollector, request["frames_per_batch"], request["batches"]
+    )
+
+
 def main(task: str, request: dict[str, Any]) -> None:
     """The side process: TorchRL's workers forked, `task` done, the process ended at once."""
     multiprocessing.set_start_method("fork", force=True)
-    tasks = {"compile": torchrl_compile_attributes, "shared_counts": torchrl_shared_counts}
+    tasks = {
+        "compile": torchrl_compile_attributes,
+        "shared_counts": torchrl_shared_counts,
+        "shared_statistics": torchrl_shared_statistics,
+    }
     sys.stdout.write(json.dumps(tasks[task](request)) + "\n")
     sys.stdout.flush()
     os._exit(0)
