@@ -8,7 +8,6 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from ray.rllib.env.utils import _gym_env_creator
@@ -109,17 +108,7 @@ class MultiAgentEnvRunner(RunnerBase):
             for sub_env in self.env.envs:
                 check_multiagent_environments(sub_env.unwrapped)
         self._needs_initial_reset = True
-        make_callback(
-            "on_environment_created",
-            callbacks_objects=self._callbacks,
-            callbacks_functions=self.config.callbacks_on_environment_created,
-            kwargs={
-                "env_runner": self,
-                "metrics_logger": self.metrics,
-                "env": self.env.unwrapped,
-                "env_context": context,
-            },
-        )
+        self._announce_env(context)
 
     def make_module(self) -> None:
         """Build the config's MultiRLModule (inference only) on the runner's device."""

@@ -85,6 +85,20 @@ class RunnerBase(EnvRunner, Checkpointable):
         except Exception as err:  # a broken env may fail to close; the new one replaces it
             logger.warning("closing the old env failed: %r", err)
 
+    def _announce_env(self, context: Any) -> None:
+        """Run the config's `on_environment_created` callbacks for the env just (re)built."""
+        make_callback(
+            "on_environment_created",
+            callbacks_objects=self._callbacks,
+            callbacks_functions=self.config.callbacks_on_environment_created,
+            kwargs={
+                "env_runner": self,
+                "metrics_logger": self.metrics,
+                "env": self.env.unwrapped,
+                "env_context": context,
+            },
+        )
+
     # --- sampling ------------------------------------------------------------------------------
 
     def sample(

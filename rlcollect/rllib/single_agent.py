@@ -10,7 +10,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
-from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -86,17 +85,7 @@ class SingleAgentEnvRunner(RunnerBase):
         self.env = make_vector_env(self.config, self.worker_index, self.num_workers)
         self.num_envs = self.env.num_envs
         self._needs_initial_reset = True
-        make_callback(
-            "on_environment_created",
-            callbacks_objects=self._callbacks,
-            callbacks_functions=self.config.callbacks_on_environment_created,
-            kwargs={
-                "env_runner": self,
-                "metrics_logger": self.metrics,
-                "env": self.env.unwrapped,
-                "env_context": env_context(self.config, self.worker_index, self.num_workers),
-            },
-        )
+        self._announce_env(env_context(self.config, self.worker_index, self.num_workers))
 
     def make_module(self) -> None:
         """Build the config's RLModule (inference only) on the runner's device."""
