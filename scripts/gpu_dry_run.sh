@@ -5,8 +5,11 @@
 # scripts/gpu_wheels.sh (its offline resolver check included), then scripts/gpu_check.sh run in
 # that venv with no network at all (a network namespace of its own, where `unshare` allows one):
 # the wheels installed offline, the CUDA tests collected and skipped, the benchmark in its quick
-# CPU mode, the report written to DIR/out/gpu_report.md.
+# CPU mode, the report written to DIR/out/gpu_report.md; then the CUDA tests' CPU twins, run on
+# that install (DIR/out/cpu_twins.log).
 #   bash scripts/gpu_dry_run.sh [DIR]        (DIR defaults to .gpu-dry, ignored by git)
+# TORCH_SPEC=torch==2.11.0 rehearses with the GPU machine's torch (its CUDA 13 build, which runs
+# without a GPU; about 3 GB to download, so not the default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DRY=${1:-.gpu-dry}
@@ -38,3 +41,8 @@ if unshare -n true 2> /dev/null; then
 fi
 "${isolate[@]}" env PYTHON="$DRY/venv/bin/python" GPU_WHEELS="$DRY/whl" GPU_SITE="$DRY/site" \
   GPU_CHECK_QUICK=1 bash scripts/gpu_check.sh "$DRY/out"
+
+# --- the CPU twins of the CUDA tests, on what the check installed: the tests' own code runs ---
+"${isolate[@]}" env PYTHONPATH="$DRY/site" "$DRY/venv/bin/python" -m pytest -p no:cacheprovider \
+  -o addopts="" --import-mode=importlib -q --timeout 240 -m "not gpu" tests/gpu \
+  | tee "$DRY/out/cpu_twins.log" | tail -n 3

@@ -59,10 +59,18 @@ def launcher_run(launcher: str, owner: str, name: str, pfactory: bool) -> dict[s
 
 
 def assert_weights_reached_the_workers(result: dict[str, Any]) -> None:
-    """Batch 0 ran the first weights (action 1), the last batch the updated ones (action 2)."""
+    """Batch 0 ran the first weights (action 1); every later batch the updated ones (action
+    2), but one. The launcher collects asynchronously (`sync=False`): the batch another node
+    (or an asynchronous node's worker) was collecting when the update came may arrive later,
+    at any place, the last included. It ran the old weights, or, on a single `Collector` node,
+    both: TorchRL's scheme writes received weights into the node's `policy` from a thread of
+    its own, mid-batch. A node whose workers never took the update would bring two or more
+    batches on the old weights."""
+    actions = result["actions"]
     assert result["frames"] == 300
-    assert result["actions"][0] == [1.0]
-    assert result["actions"][-1] == [2.0]
+    assert actions[0] == [1.0], actions
+    assert all(set(action) <= {1.0, 2.0} for action in actions), actions
+    assert sum(action != [2.0] for action in actions[1:]) <= 1, actions
 
 
 # --- `policy` and `closed` on the parent, as TorchRL's ------------------------------------------
