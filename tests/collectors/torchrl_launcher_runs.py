@@ -5,10 +5,10 @@ runs TorchRL's `DistributedCollector` or `RPCCollector` (`launcher="mp"`: node p
 this machine, a gloo group on localhost) over TorchRL's counting env, with `collector_class`
 the named class of rlcollect or of TorchRL as the node collector. The policy writes its one
 weight as the action; after the first batch the weight goes from 1 to 2 and is sent with
-`update_policy_weights_`. It prints one JSON line: the actions of each batch, the frames, and
-the pids of the processes it started (every descendant seen while it ran), which the test
-checks are gone. A process of its own because the launcher makes its process rank 0 of a
-process group (TorchRL's tests run it in a process of its own too).
+`update_policy_weights_`. It prints one JSON line: the actions of each batch, the frames, the
+number of nodes, and the pids of the processes it started (every descendant seen while it
+ran), which the test checks are gone. A process of its own because the launcher makes its
+process rank 0 of a process group (TorchRL's tests run it in a process of its own too).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def run(launcher: str, owner: str, name: str, pfactory: bool, sync: bool) -> dic
                 collector.update_policy_weights_(weights)
     finally:
         collector.shutdown()
-    return {"actions": actions, "frames": frames}
+    return {"actions": actions, "frames": frames, "nodes": nodes}
 
 
 def main() -> None:

@@ -58,19 +58,29 @@ def launcher_run(launcher: str, owner: str, name: str, pfactory: bool) -> dict[s
     return result
 
 
-def assert_weights_reached_the_workers(result: dict[str, Any]) -> None:
+def batches_in_flight(launcher: str, name: str, nodes: int) -> int:
+    """How many batches started before the update may still arrive after it (asynchronous
+    launchers, `sync=False`): TorchRL's `DistributedCollector` has every node collecting but
+    the one that delivered batch 0, which waits for the trainer; its `RPCCollector` asks a
+    node for its next batch before it yields one, so every node is collecting; a
+    `MultiAsyncCollector` node's worker is collecting its next batch too."""
+    started = nodes - 1 if launcher == "distributed" else nodes
+    return started + (name == "MultiAsyncCollector")
+
+
+def assert_weights_reached_the_workers(result: dict[str, Any], launcher: str, name: str) -> None:
     """Batch 0 ran the first weights (action 1); every later batch the updated ones (action
-    2), but one. The launcher collects asynchronously (`sync=False`): the batch another node
-    (or an asynchronous node's worker) was collecting when the update came may arrive later,
-    at any place, the last included. It ran the old weights, or, on a single `Collector` node,
+    2), but those in flight at the update (`batches_in_flight`), which may arrive at any
+    place, the last included. Each ran the old weights, or, on a single `Collector` node,
     both: TorchRL's scheme writes received weights into the node's `policy` from a thread of
-    its own, mid-batch. A node whose workers never took the update would bring two or more
-    batches on the old weights."""
+    its own, mid-batch. A node whose workers never took the update would bring more batches
+    on the old weights."""
     actions = result["actions"]
     assert result["frames"] == 300
     assert actions[0] == [1.0], actions
     assert all(set(action) <= {1.0, 2.0} for action in actions), actions
-    assert sum(action != [2.0] for action in actions[1:]) <= 1, actions
+    late = sum(action != [2.0] for action in actions[1:])
+    assert late <= batches_in_flight(launcher, name, result["nodes"]), actions
 
 
 # --- `policy` and `closed` on the parent, as TorchRL's ------------------------------------------
@@ -145,7 +155,8 @@ def test_random_actions_have_no_policy() -> None:
 def test_distributed_collector_runs_our_collectors_on_its_nodes(name: str, pfactory: bool) -> None:
     """A single `Collector` node too: the scheme writes into `Collector.policy`, the module
     the steps run (TorchRL's meaning)."""
-    assert_weights_reached_the_workers(launcher_run("distributed", "rlcollect", name, pfactory))
+    result = launcher_run("distributed", "rlcollect", name, pfactory)
+    assert_weights_reached_the_workers(result, "distributed", name)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
@@ -157,7 +168,8 @@ def test_rpc_collector_updates_the_workers_of_our_multi_collectors(
 ) -> None:
     """TorchRL's `RPCCollector` sends weights into the node collector's `policy` through its
     scheme, which passes them on with `update_policy_weights_` to the workers."""
-    assert_weights_reached_the_workers(launcher_run("rpc", "rlcollect", name, pfactory))
+    result = launcher_run("rpc", "rlcollect", name, pfactory)
+    assert_weights_reached_the_workers(result, "rpc", name)
 
 
 @pytest.mark.slow
@@ -172,4 +184,5 @@ def test_rpc_collector_updates_the_workers_of_our_multi_collectors(
 @pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
 def test_distributed_collector_runs_torchrl_multi_collectors_alike(name: str) -> None:
     """The same run with TorchRL's classes on the nodes: what ours are held to."""
-    assert_weights_reached_the_workers(launcher_run("distributed", "torchrl", name, False))
+    result = launcher_run("distributed", "torchrl", name, False)
+    assert_weights_reached_the_workers(result, "distributed", name)

@@ -79,5 +79,7 @@ def test_a_scheme_set_up_as_a_sender_is_refused_as_a_receiver() -> None:
 @pytest.mark.parametrize("owner", ["rlcollect", pytest.param("torchrl", marks=pytest.mark.slow)])
 def test_rpc_collector_runs_our_collector_on_its_nodes(owner: str) -> None:
     """A real RPC group on this machine: the node collectors' first batch runs the first
-    weights, their last one the weights sent after it (TorchRL's `Collector` alike)."""
-    assert_weights_reached_the_workers(launcher_run("rpc", owner, "Collector", False))
+    weights, every later one the weights sent after it, but those in flight at the update
+    (TorchRL's `Collector` alike)."""
+    result = launcher_run("rpc", owner, "Collector", False)
+    assert_weights_reached_the_workers(result, "rpc", "Collector")
