@@ -18,7 +18,18 @@ import warnings
 from typing import Any
 
 PACKAGES = ("rlcollect", "tensordict", "torchrl", "gymnasium", "hydra-core", "omegaconf", "numpy")
-IMPORTS = ("rlcollect", "tensordict", "gymnasium", "torchrl", "hydra", "omegaconf")
+# torchrl._torchrl: TorchRL's compiled part (the sum trees of its prioritized replay), built
+# against the torch of its release; on another torch it may not load. Nothing the check runs
+# needs it: reported, so that a TorchRL row's trouble can be told apart from ours.
+IMPORTS = (
+    "rlcollect",
+    "tensordict",
+    "gymnasium",
+    "torchrl",
+    "torchrl._torchrl",
+    "hydra",
+    "omegaconf",
+)
 
 
 def cuda_facts() -> dict[str, Any]:
@@ -61,7 +72,7 @@ def imports() -> dict[str, str]:
             try:
                 module = importlib.import_module(name)
             except Exception as err:  # any failure to import is a fact to report
-                results[name] = f"failed: {type(err).__name__}: {err}"
+                results[name] = f"failed: {type(err).__name__}: {str(err)[:200]}"
                 continue
         notes = sorted({str(w.message).splitlines()[0][:160] for w in caught})
         where = getattr(module, "__file__", "?")
