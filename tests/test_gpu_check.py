@@ -53,6 +53,9 @@ def test_the_gpu_check_runs_end_to_end_and_writes_its_report(tmp_path: Path) -> 
     facts = json.loads((tmp_path / "facts.json").read_text())
     assert facts["unmet_requirements"] == []
     assert facts["versions"]["rlcollect"] is not None
+    for name in ("rlcollect", "tensordict", "gymnasium", "torchrl", "hydra", "omegaconf"):
+        assert facts["imports"][name].startswith("ok"), facts["imports"]
+    assert "torchrl._torchrl" in facts["imports"]  # reported, loaded or not (another torch)
     collected = re.search(
         r"(\d+) collected: (\d+) passed, (\d+) skipped, 0 failed, 0 error", report
     )
