@@ -7,6 +7,8 @@ starts again); without it the env's error reaches the caller with the env's own 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -99,27 +101,39 @@ def layout(episodes: list) -> list[tuple[int, bool, int]]:
     return [(len(episode), episode.is_done, episode.t_started) for episode in episodes]
 
 
-def sample_through_a_failure(name: str, num_envs: int, **fail: int) -> dict[str, object]:
-    runner = build_and_count_from_zero(name, flaky_config(num_envs, True, **fail))
+def sample_twice(runner: Any, describe: Callable[[list], object]) -> dict[str, object]:
+    """Sample 50 steps, then 20 (an env fails on the way), every chunk validated; whether the
+    env was rebuilt, each sample `describe`d, the failures counted. The runner is stopped."""
     env_before = runner.env
     first = runner.sample(num_timesteps=50)
     rebuilt = runner.env is not env_before
     second = runner.sample(num_timesteps=20)
     for episode in first + second:
         episode.validate()
-        # Every chunk is one episode's run of steps: its observations count them from t_started.
-        observations = np.asarray(episode.get_observations()).ravel()
-        np.testing.assert_array_equal(
-            observations, np.arange(len(observations)) + episode.t_started
-        )
     facts = {
         "rebuilt": rebuilt,
-        "first": layout(first),
-        "second": layout(second),
+        "first": describe(first),
+        "second": describe(second),
         "step_failures": runner.get_metrics().get("num_env_step_failures"),
     }
     runner.stop()
     return facts
+
+
+def counted_layout(episodes: list) -> list[tuple[int, bool, int]]:
+    """`layout`, once every chunk is checked to be one episode's run of steps: its
+    observations count them from t_started."""
+    for episode in episodes:
+        observations = np.asarray(episode.get_observations()).ravel()
+        np.testing.assert_array_equal(
+            observations, np.arange(len(observations)) + episode.t_started
+        )
+    return layout(episodes)
+
+
+def sample_through_a_failure(name: str, num_envs: int, **fail: int) -> dict[str, object]:
+    runner = build_and_count_from_zero(name, flaky_config(num_envs, True, **fail))
+    return sample_twice(runner, counted_layout)
 
 
 # The 25th step fails. With 1 env: 2 whole episodes before it, the third (4 steps in) dropped,
@@ -248,20 +262,12 @@ def sample_multi_agent_through_a_failure(cls: type) -> dict[str, object]:
     )
     runner = cls(config=config, worker_index=1)
     FlakyMultiAgentEnv.steps = 0
-    env_before = runner.env
-    first = runner.sample(num_timesteps=50)
-    rebuilt = runner.env is not env_before
-    second = runner.sample(num_timesteps=20)
-    for episode in first + second:
-        episode.validate()
-    facts = {
-        "rebuilt": rebuilt,
-        "first": [(e.env_steps(), e.agent_steps(), e.is_done, e.env_t_started) for e in first],
-        "second": [(e.env_steps(), e.agent_steps(), e.is_done, e.env_t_started) for e in second],
-        "step_failures": runner.get_metrics().get("num_env_step_failures"),
-    }
-    runner.stop()
-    return facts
+    return sample_twice(
+        runner,
+        lambda episodes: [
+            (e.env_steps(), e.agent_steps(), e.is_done, e.env_t_started) for e in episodes
+        ],
+    )
 
 
 @pytest.mark.timeout(RUNNER_TIMEOUT)

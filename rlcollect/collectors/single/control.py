@@ -83,7 +83,7 @@ class CollectorControl(CollectorBase):
     def _policy_model(self) -> Any:
         """The module the collector runs (None with random actions): weights loaded into it
         are the ones used."""
-        return self.policy_holder.module
+        return self.policy
 
     @property
     def policy(self) -> Any:
