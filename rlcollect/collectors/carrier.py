@@ -129,9 +129,12 @@ class CarrierLayout:
         track_version: bool,
         cut_on_truncated: bool = False,
         views: TrajectoryViews | None = None,
+        start_from: CarrierLayout | None = None,
     ) -> CarrierLayout:
         """Allocate the carrier, with the env reset into its slot T (where a batch starts
-        from: the first batch carries it over as any later one does).
+        from: the first batch carries it over as any later one does); with `start_from` (a
+        layout over the same env, e.g. of another batch length), its slot T instead, so the
+        env's trajectories go on in the new carrier without a reset.
 
         The policy's outputs are learnt from one call on that real first observation, not on
         zeros: a policy may reject an impossible input (e.g. an action mask of all zeros).
@@ -145,7 +148,10 @@ class CarrierLayout:
         time_dim = len(env.batch_size)
         carrier = _expand(frame, steps)
         env.bind(carrier)
-        env.reset_into(steps)
+        if start_from is None:
+            env.reset_into(steps)
+        else:
+            start_from.hand_on(carrier, steps)
         if views is not None:  # what the policy reads at the first step
             views.start(carrier, time_dim, steps)
         slot = time_index(time_dim, steps)
@@ -198,6 +204,14 @@ class CarrierLayout:
         )
         layout.carry_from(self)
         return layout
+
+    def hand_on(self, carrier: TensorDictBase, steps: int) -> None:
+        """Slot `steps` of `carrier` (a new carrier over the same env) = this carrier's slot
+        T, for the root tensors that carry and that `carrier` holds."""
+        present = set(carrier.keys(include_nested=True, leaves_only=True))
+        for key in self._tensor_carry:
+            if key in present:
+                self._at(carrier.get(key), steps).copy_(self._at(self.carrier.get(key), self.steps))
 
     def carry_from(self, other: CarrierLayout) -> None:
         """Slot T of this carrier = slot T of `other`'s, for the root keys that carry (the

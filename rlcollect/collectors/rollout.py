@@ -26,6 +26,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.carrier import CarrierLayout
+from rlcollect.collectors.devices import DeviceSplit
 from rlcollect.collectors.policy.holder import PolicyHolder
 
 
@@ -113,6 +114,36 @@ class RolloutLoop:
         self.env_step = layout.env_step(env)
         if flags.interruptor is not None:
             self.env_step = interruptible(self.env_step, flags.interruptor)
+
+    @classmethod
+    def build(
+        cls,
+        env: Any,
+        policy: PolicyHolder,
+        steps: int,
+        *,
+        stream: TrajectoryStream | None = None,
+        flags: LoopFlags | None = None,
+        start_from: RolloutLoop | None = None,
+    ) -> RolloutLoop:
+        """The loop over a new carrier of `steps` steps for `env` (batch and storage on the
+        env's device): the engine's smallest whole, for a door that runs the loop itself.
+
+        With `start_from` (a loop over the same env), the new loop goes on from where that one
+        stands, on its stream: same trajectories, no reset.
+        """
+        devices = DeviceSplit.resolve(env_own_device=env.device)
+        layout = CarrierLayout.build(
+            env,
+            policy,
+            steps,
+            devices,
+            track_version=False,
+            start_from=None if start_from is None else start_from.layout,
+        )
+        if stream is None:
+            stream = TrajectoryStream() if start_from is None else start_from.stream
+        return cls(env, layout, policy, steps, stream, flags or LoopFlags())
 
     def on(self, layout: CarrierLayout) -> RolloutLoop:
         """The same loop over another carrier (e.g. a user's `RolloutBuffer` rollout)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from rlcollect.envs.gym_spaces import (
 )
 from rlcollect.envs.numpy_rows import NumpyRows, bind_numpy_rows
 from rlcollect.envs.specs import Categorical, Composite, OneHot, TensorSpec, Unbounded
+from rlcollect.envs.step_record import RESET, STEP, StepRecord
 
 
 def make_vector_env(
@@ -159,6 +161,8 @@ class GymVectorEnv(EnvBase):
         autoreset_mode: the autoreset mode of a vector env made from an id ("SameStep",
             "NextStep" or "Disabled", or an `AutoresetMode`); an instance keeps its own.
         categorical_action_encoding: integer actions instead of one-hot for `Discrete`.
+        record_steps: keep every step's Gymnasium infos and timing per carrier slot in
+            `step_record` (a `StepRecord`), for a collector that hands them on (RLlib's door).
         **make_kwargs: passed to `gymnasium.make_vec` with an id.
 
     Examples:
@@ -181,6 +185,7 @@ class GymVectorEnv(EnvBase):
         vectorization_mode: Literal["sync", "async"] = "sync",
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         categorical_action_encoding: bool = False,
+        record_steps: bool = False,
         **make_kwargs: Any,
     ) -> None:
         vector_env = vector_env_from(
@@ -213,7 +218,10 @@ class GymVectorEnv(EnvBase):
         self._no_autoreset = np.zeros(self.num_envs, dtype=np.bool_)
         self._autoreset = self._no_autoreset
         self._last_observation: Any = None
+        self._last_info: Any = {}
         self._last_done = self._no_autoreset
+        self.step_record = StepRecord(self.num_envs) if record_steps else None
+        self._next_seed: int | None = None
 
     @property
     def vector_env(self) -> gym.vector.VectorEnv:
@@ -224,6 +232,8 @@ class GymVectorEnv(EnvBase):
 
     def _bind(self, carrier: TensorDictBase) -> None:
         self._rows = bind_numpy_rows(carrier, self._paths, type(self).__name__)
+        if self.step_record is not None:
+            self.step_record.bind(carrier.shape[-1])
 
     def reset_into(self, t: int, mask: torch.Tensor | None = None) -> None:
         self._check_open()
@@ -235,17 +245,32 @@ class GymVectorEnv(EnvBase):
         # as with GymEnv, whichever face drives the env.
         autoreset = selected & self._autoreset
         fresh = selected & ~autoreset
-        if fresh.all():
-            observation, _ = self._env.reset()
-            self._write_observation(self._rows.root_observations, t, observation)
-        elif fresh.any():
-            observation, _ = self._env.reset(options={"reset_mask": fresh.copy()})
-            self._write_observation_masked(t, observation, fresh)
+        self._reset_fresh(t, fresh, masked=mask is not None)
         if autoreset.any():
             self._write_observation_masked(t, self._last_observation, autoreset)
+            if self.step_record is not None:
+                self.step_record.record_reset(t, self._last_info, autoreset)
         for flag in self._rows.root_flags:
             flag[selected, t] = False
         self._autoreset = self._autoreset & ~selected
+
+    def _reset_fresh(self, t: int, fresh: np.ndarray, masked: bool) -> None:
+        """Reset the `fresh` sub-envs (all: one plain, maybe seeded, reset) into root `t`;
+        `masked`: a reset of the sub-envs a mask chose (those that ended), not a full one."""
+        record = self.step_record
+        if not fresh.any():
+            return
+        if record is not None:
+            record.begin(RESET, masked=masked)
+        if fresh.all():
+            seed, self._next_seed = self._next_seed, None
+            observation, info = self._env.reset(seed=seed)
+            self._write_observation(self._rows.root_observations, t, observation)
+        else:
+            observation, info = self._env.reset(options={"reset_mask": fresh.copy()})
+            self._write_observation_masked(t, observation, fresh)
+        if record is not None:
+            record.record_reset(t, info, None if fresh.all() else fresh)
 
     def step_into(self, t: int) -> None:
         self._step_rows(t)
@@ -273,7 +298,12 @@ class GymVectorEnv(EnvBase):
         self._check_open()
         rows = self._rows
         actions = self._read_actions(rows.action[:, t])
+        started = time.perf_counter()
+        if self.step_record is not None:
+            self.step_record.begin(STEP)
         observation, reward, terminated, truncated, info = self._env.step(actions)
+        if self.step_record is not None:
+            self.step_record.record_step(t, info, started)
         self._write_observation(rows.next_observations, t, observation)
         rows.reward[:, t, 0] = reward
         done = terminated | truncated
@@ -281,7 +311,7 @@ class GymVectorEnv(EnvBase):
         done_rows[:, t, 0] = done
         terminated_rows[:, t, 0] = terminated
         truncated_rows[:, t, 0] = truncated
-        self._last_observation = observation
+        self._last_observation, self._last_info = observation, info
         self._last_done = done
         self._autoreset = self._no_autoreset
         if self._mode is AutoresetMode.SAME_STEP:
@@ -305,6 +335,11 @@ class GymVectorEnv(EnvBase):
             write_batch_masked(rows, t, path.extract(observation), path, mask)
 
     # --- protocol -----------------------------------------------------------------------------
+
+    def seed_next_reset(self, seed: int | None) -> None:
+        """The next reset of every sub-env is Gymnasium's `reset(seed=seed)` (sub-env `i` gets
+        `seed + i`): a seeded start without a reset of its own, as RLlib's runners seed theirs."""
+        self._next_seed = seed
 
     def _set_seed(self, seed: int) -> int:
         self._env.reset(seed=seed)

@@ -1,4 +1,5 @@
-"""When the fast path may run: what it does must equal what RLlib's pipelines would do."""
+"""When the engine's loop may sample for RLlib: what it does must equal what RLlib's pipelines
+would do."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
-from rlcollect.rllib.module_step import (
+from rlcollect.rllib.module_forward import (
     DEFAULT_ENV_TO_MODULE,
     DEFAULT_MODULE_TO_ENV,
     has_only_default_pieces,

@@ -35,7 +35,7 @@ class PipelineSampler:
         runner = self._runner
         self._shared_data = {}
         self.episodes = [self._new_episode(index) for index in range(runner.num_envs)]
-        observations, infos = runner.try_env_reset(None, seed=seed)
+        observations, infos = runner.try_env_reset(seed=seed)
         observations = unbatch(observations)
         for episode, observation, info in zip(self.episodes, observations, infos, strict=True):
             episode.add_env_reset(observation=observation, infos=info)

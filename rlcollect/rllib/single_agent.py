@@ -8,16 +8,15 @@ import time
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
+from rlcollect.rllib.engine_sampler import EngineSampler
 from rlcollect.rllib.env_building import env_context, make_vector_env
 from rlcollect.rllib.fast_path import fast_path_blocker
-from rlcollect.rllib.fast_sampler import EnvRebuiltError, FastSampler
-from rlcollect.rllib.module_step import ModuleStep
+from rlcollect.rllib.module_forward import RLModuleForward
 from rlcollect.rllib.pipeline_sampler import PipelineSampler
 from rlcollect.rllib.runner_base import RunnerBase
 from rlcollect.rllib.sampled_metrics import EpisodeTally, log_sampled
@@ -65,7 +64,7 @@ class SingleAgentEnvRunner(RunnerBase):
 
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
         super().__init__(config=config, **kwargs)
-        self._sampler: FastSampler | PipelineSampler | None = None
+        self._sampler: EngineSampler | PipelineSampler | None = None
         self._tally = EpisodeTally()
         if self._builds_env():
             self.make_env()
@@ -104,20 +103,20 @@ class SingleAgentEnvRunner(RunnerBase):
     @property
     def uses_fast_path(self) -> bool:
         """Whether `sample()` runs the fast path (see the class docstring)."""
-        return isinstance(self._sampler_for_config(), FastSampler)
+        return isinstance(self._sampler_for_config(), EngineSampler)
 
-    def _sampler_for_config(self) -> FastSampler | PipelineSampler:
+    def _sampler_for_config(self) -> EngineSampler | PipelineSampler:
         if self._sampler is None:
             reason = fast_path_blocker(self) if self.allow_fast_path else "allow_fast_path=False"
             if reason is None:
-                step = ModuleStep(
+                forward = RLModuleForward(
                     self.module,
                     self.env.single_action_space,
                     normalize_actions=self.config.normalize_actions,
                     clip_actions=self.config.clip_actions,
                     device=self._device,
                 )
-                self._sampler = FastSampler(self, step)
+                self._sampler = EngineSampler(self, forward)
             else:
                 logger.debug("RLlib's pipelines run step by step: %s", reason)
                 self._sampler = PipelineSampler(self)
@@ -145,7 +144,7 @@ class SingleAgentEnvRunner(RunnerBase):
             "t": self._exploration_timestep,
             "weights_seq_no": self._weights_seq_no,
         }
-        if isinstance(sampler, FastSampler):
+        if isinstance(sampler, EngineSampler):
             finished, ongoing, steps = self._run_fast(sampler, num_timesteps, num_episodes, kwargs)
         else:
             finished, ongoing, steps = sampler.sample(num_timesteps, num_episodes, **kwargs)
@@ -161,7 +160,7 @@ class SingleAgentEnvRunner(RunnerBase):
 
     def _run_fast(
         self,
-        sampler: FastSampler,
+        sampler: EngineSampler,
         num_timesteps: int | None,
         num_episodes: int | None,
         kwargs: dict[str, Any],
@@ -172,37 +171,28 @@ class SingleAgentEnvRunner(RunnerBase):
         finished, steps = sampler.sample_episodes(num_episodes, **kwargs)
         return finished, [], steps
 
-    def _reset_sampler(self, sampler: FastSampler | PipelineSampler, explore: bool) -> None:
+    def _reset_sampler(self, sampler: EngineSampler | PipelineSampler, explore: bool) -> None:
         seed = self._seed if self._needs_initial_reset else None
         self._tally.forget_ongoing()
         self._earlier_chunks.clear()
-        if isinstance(sampler, FastSampler):
+        if isinstance(sampler, EngineSampler):
             sampler.reset(seed)
         else:
             sampler.reset(seed, explore)
         self._needs_initial_reset = False
 
-    def try_env_reset(
-        self, mask: np.ndarray | None, seed: int | None = None
-    ) -> tuple[Any, list[dict]]:
-        """Reset every sub-env, or those in the bool `mask` (a masked reset that fails with
-        `restart_failed_sub_environments` rebuilds the env and raises `EnvRebuiltError`; it
-        counts as a failed env step, as RLlib's runner meets it in the vector env's autoreset
-        step)."""
-        options = None if mask is None else {"reset_mask": mask}
+    def try_env_reset(self, seed: int | None = None) -> tuple[Any, list[dict]]:
+        """Reset every sub-env, timed; with `restart_failed_sub_environments`, a reset that
+        fails rebuilds the env and resets the new one."""
         started = time.perf_counter()
         try:
-            result = self.env.reset(seed=seed, options=options)
+            result = self.env.reset(seed=seed)
         except Exception:
             if not self.config.restart_failed_sub_environments:
                 raise
             logger.exception("env.reset() failed; rebuilding the env and resetting every sub-env")
             self.make_env()
-            if mask is not None:
-                self.metrics.log_value("num_env_step_failures", 1, reduce="lifetime_sum")
-                self._needs_initial_reset = False  # the caller resets every sub-env at once
-                raise EnvRebuiltError from None
-            return self.try_env_reset(None, seed=seed)
+            return self.try_env_reset(seed=seed)
         self._env_reset_seconds += time.perf_counter() - started
         self._env_resets += 1
         return result

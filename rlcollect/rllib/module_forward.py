@@ -1,8 +1,9 @@
-"""The fast path's policy step: the RLModule called on the batched observation tensor, with what
-RLlib's default connector pieces would do around it, done once on the whole batch."""
+"""The RLModule as the engine's policy step: called on the carrier's batched observation tensor,
+with what RLlib's default connector pieces would do around it, done once on the whole batch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -28,6 +29,13 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
+from torch import nn
+
+# The carrier's keys: the env reads "action"; RLlib's columns (its actions, before unsquashing or
+# clipping, and the module's extra outputs) live under "rllib".
+ACTION_KEY = "action"
+RLLIB_KEY = "rllib"
+ACTIONS = Columns.ACTIONS
 
 # RLlib's default pieces, in the order its config puts them into the two pipelines (single agent).
 DEFAULT_ENV_TO_MODULE = (
@@ -93,8 +101,8 @@ def sample_categorical(output: dict[str, Any]) -> None:
         output[Columns.ACTION_LOGP] = chosen.astype(np.float32)
 
 
-class ModuleStep:
-    """One policy step for a batch of sub-envs, without episodes or connectors.
+class RLModuleForward:
+    """One forward of the RLModule for a batch of sub-envs, without episodes or connectors.
 
     What RLlib's default pipelines do per sub-env and per step (read each observation back from
     its episode, batch, make a tensor; after the forward, sample from the action distribution,
@@ -133,14 +141,14 @@ class ModuleStep:
         )
 
     def __call__(
-        self, observations: np.ndarray, *, explore: bool, t: int
+        self, observations: torch.Tensor, *, explore: bool, t: int
     ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         """Actions for the batch: `(actions, actions_for_env, extra_model_outputs)`, batched.
 
         `actions` are what the distribution gave (kept in the episodes), `actions_for_env` the
         unsquashed or clipped copy sent to the env, the extras every other module output.
         """
-        batch = {Columns.OBS: torch.from_numpy(observations).to(self._device)}
+        batch = {Columns.OBS: observations.to(self._device)}
         output = self._forward(batch, explore, t)
         if Columns.ACTIONS not in output:
             self._sample_actions(output, explore)
@@ -193,3 +201,73 @@ class ModuleStep:
         if self._clip:
             return clip_action(actions, self._action_space)
         return actions
+
+
+class RLModulePolicy(nn.Module):
+    """The engine's policy step around an `RLModuleForward`: the carrier's observation tensor
+    in; the env's action, RLlib's action and the module's extra outputs out, as tensors the
+    engine copies into their carrier slots (`TensorDictModule(..., out_keys=self.out_keys)`).
+
+    The extra outputs' names and dtypes are learnt from one inference forward on `probe` (no
+    random draw); `explore` and the exploration timestep are set per sample by the door.
+
+    Args:
+        forward: the RLModule's batched forward.
+        probe: a batch of observations the module accepts.
+
+    Raises:
+        TypeError: an output that is not one array per sub-env (e.g. a nested dict).
+    """
+
+    def __init__(self, forward: RLModuleForward, probe: torch.Tensor) -> None:
+        super().__init__()
+        # Kept out of the module tree: the engine never copies or moves the RLModule, whose
+        # weights the runner sets in place.
+        self.__dict__["_rl_forward"] = forward
+        self.explore = True
+        self._timestep: Callable[[int], int] = lambda steps: 0
+        self._steps_per_call = probe.shape[0]
+        self._calls = 0
+        actions, _, extras = forward(probe, explore=False, t=0)
+        for name, value in extras.items():
+            if not isinstance(value, np.ndarray) or value.shape[:1] != actions.shape[:1]:
+                raise TypeError(
+                    f"the RLModule's output {name!r} is not one array per sub-env "
+                    f"({type(value).__name__}); the engine's step keeps arrays only."
+                )
+        self.extra_names = sorted(extras)
+        # RLlib's dtype of each column, per explore mode (seen at the mode's first forward).
+        self._dtypes: dict[bool, dict[str, np.dtype]] = {}
+
+    @property
+    def out_keys(self) -> list[Any]:
+        """Where the outputs go in the carrier: the env's action, then RLlib's columns."""
+        return [ACTION_KEY, *[(RLLIB_KEY, name) for name in (ACTIONS, *self.extra_names)]]
+
+    def begin(self, explore: bool, timestep: Callable[[int], int]) -> None:
+        """Start a sample: `explore` or inference, and the exploration timestep of the
+        sample's `n`-th env step (`timestep(n)`)."""
+        self.explore, self._timestep, self._calls = explore, timestep, 0
+
+    @property
+    def dtypes(self) -> dict[str, np.dtype]:
+        """RLlib's dtype of its actions and of each extra output, in the current explore mode."""
+        return self._dtypes[self.explore]
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        t = self._timestep(self._calls * self._steps_per_call)
+        self._calls += 1
+        actions, actions_for_env, extras = self._rl_forward(observation, explore=self.explore, t=t)
+        outputs = [actions_for_env, actions, *[extras[name] for name in self.extra_names]]
+        if self.explore not in self._dtypes:
+            names = (ACTIONS, *self.extra_names)
+            self._dtypes[self.explore] = {
+                name: value.dtype for name, value in zip(names, outputs[1:], strict=True)
+            }
+        # An extra output's carrier slot is made by the first forward, of either mode; a
+        # column that is integer in one mode (the log-probability of a deterministic action)
+        # and float in the other must fit one slot: integers travel as float64, exactly.
+        for index in range(2, len(outputs)):
+            if outputs[index].dtype.kind in "biu":
+                outputs[index] = outputs[index].astype(np.float64)
+        return tuple(torch.from_numpy(np.ascontiguousarray(value)) for value in outputs)
