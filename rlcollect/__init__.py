@@ -5,7 +5,7 @@ Ray is imported only when a Ray class is built: `import rlcollect` works without
 
 from rlcollect.batch.compact import compact_batch, transition_view
 from rlcollect.batch.episodes import Episode, EpisodeJoiner
-from rlcollect.batch.multi_agent_episode import MultiAgentEpisode
+from rlcollect.batch.multi_agent_episode import AgentEpisodes
 from rlcollect.collectors import (
     AsyncBatchedCollector,
     AsyncCollector,
@@ -54,6 +54,7 @@ from rlcollect.transforms import (
 
 __all__ = [
     "GAE",
+    "AgentEpisodes",
     "AsyncBatchedCollector",
     "AsyncCollector",
     "CatFrames",
@@ -97,3 +98,7 @@ __all__ = [
     "transition_view",
 ]
 __version__ = "0.1.0"
+
+
+# The earlier name of `AgentEpisodes` (RLlib's multi-agent episode class has the same name).
+MultiAgentEpisode = AgentEpisodes

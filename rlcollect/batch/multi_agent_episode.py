@@ -1,5 +1,6 @@
-"""`MultiAgentEpisode`: one env episode of a multi-agent env read as one `Episode` per agent, as
-RLlib's `MultiAgentEpisode` holds one `SingleAgentEpisode` per agent.
+"""`AgentEpisodes`: one env episode of a multi-agent env read as one `Episode` per agent, as
+RLlib's `MultiAgentEpisode` holds one `SingleAgentEpisode` per agent (named apart from RLlib's
+class; `MultiAgentEpisode`, its earlier name here, still imports from `rlcollect`).
 
 A multi-agent env groups its agents under group keys with an agent dim (`("agent",
 "observation")` is `[T, n_agents, ...]`; with `policies=`, one sub-batch per policy id), next to
@@ -49,7 +50,7 @@ def agent_transitions(
     return own
 
 
-class MultiAgentEpisode:
+class AgentEpisodes:
     """One env episode (or chunk of one) of a multi-agent env: one `Episode` per agent.
 
     Args:
@@ -71,7 +72,7 @@ class MultiAgentEpisode:
         ...     },
         ...     batch_size=[2],
         ... )
-        >>> episode = MultiAgentEpisode(Episode(transitions))
+        >>> episode = AgentEpisodes(Episode(transitions))
         >>> episode.agent_ids
         [('agent', 0), ('agent', 1), ('agent', 2)]
         >>> episode.agent_episodes["agent", 1].get_observations().shape
@@ -137,7 +138,7 @@ class MultiAgentEpisode:
 
     def __repr__(self) -> str:
         return (
-            f"MultiAgentEpisode(id_={self.id_}, t_started={self.t_started}, len={len(self)}, "
+            f"AgentEpisodes(id_={self.id_}, t_started={self.t_started}, len={len(self)}, "
             f"agents={len(self.agent_episodes)}, return={self.get_return():.4g}, "
             f"terminated={self.is_terminated}, truncated={self.is_truncated})"
         )

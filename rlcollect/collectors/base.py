@@ -622,7 +622,7 @@ class CollectorBase:
           the next call;
         * neither: one batch (RLlib's rollout fragment), handed out as with `num_timesteps`.
 
-        A multi-agent env's episodes come as `MultiAgentEpisode`s: one `Episode` per agent,
+        A multi-agent env's episodes come as `AgentEpisodes` objects: one `Episode` per agent,
         keyed `(group, index)`, grouped per env episode (see `batch/multi_agent_episode.py`);
         steps count env steps.
 
@@ -636,7 +636,7 @@ class CollectorBase:
             num_episodes: how many ended episodes to hand out.
 
         Returns:
-            A list of `Episode`s (single-agent) or `MultiAgentEpisode`s.
+            A list of `Episode`s (single-agent) or `AgentEpisodes` objects.
 
         Raises:
             ValueError: both arguments, or one below 1.

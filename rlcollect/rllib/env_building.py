@@ -48,7 +48,7 @@ def _registered_id(config: Any, context: EnvContext) -> tuple[str, dict[str, Any
     return LOCAL_ENV_ID, {}
 
 
-def make_vector_env(
+def build_config_vector_env(
     config: Any, worker_index: int | None, num_workers: int
 ) -> gym.vector.VectorEnv:
     """The runner's vector env: `num_envs_per_env_runner` copies of `config.env` in the

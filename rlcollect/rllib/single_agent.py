@@ -14,7 +14,7 @@ from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from rlcollect.rllib.engine_sampler import EngineSampler
-from rlcollect.rllib.env_building import env_context, make_vector_env
+from rlcollect.rllib.env_building import build_config_vector_env, env_context
 from rlcollect.rllib.fast_path import fast_path_blocker
 from rlcollect.rllib.module_forward import RLModuleForward
 from rlcollect.rllib.pipeline_sampler import PipelineSampler
@@ -81,7 +81,7 @@ class SingleAgentEnvRunner(RunnerBase):
     def make_env(self) -> None:
         """(Re)build the vector env from the config; the next `sample()` resets every sub-env."""
         self._close_env()
-        self.env = make_vector_env(self.config, self.worker_index, self.num_workers)
+        self.env = build_config_vector_env(self.config, self.worker_index, self.num_workers)
         self.num_envs = self.env.num_envs
         self._needs_initial_reset = True
         self._announce_env(env_context(self.config, self.worker_index, self.num_workers))

@@ -14,7 +14,7 @@ stopped, RLlib's `t_started`). Every collected step is handed out exactly once:
   chunks were handed out before. What else was collected stays for later calls.
 
 Multi-agent episodes (grouped keys, see `batch/multi_agent_episode.py`) come out as
-`MultiAgentEpisode`s, one `Episode` per agent, grouped per env episode.
+`AgentEpisodes` objects, one `Episode` per agent, grouped per env episode.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from tensordict import TensorDictBase
 
 from rlcollect import keys
 from rlcollect.batch.episodes import Episode, EpisodeJoiner
-from rlcollect.batch.multi_agent_episode import MultiAgentEpisode, agent_groups
+from rlcollect.batch.multi_agent_episode import AgentEpisodes, agent_groups
 
-SampledEpisode = Episode | MultiAgentEpisode
+SampledEpisode = Episode | AgentEpisodes
 
 
 def check_sample_arguments(num_timesteps: object, num_episodes: object) -> None:
@@ -96,6 +96,6 @@ class EpisodeSampler:
 
 
 def as_sampled(episode: Episode) -> SampledEpisode:
-    """`episode` as `sample()` returns it: a `MultiAgentEpisode` when its transitions hold
+    """`episode` as `sample()` returns it: an `AgentEpisodes` when its transitions hold
     agent groups, itself otherwise."""
-    return MultiAgentEpisode(episode) if agent_groups(episode.transitions) else episode
+    return AgentEpisodes(episode) if agent_groups(episode.transitions) else episode

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rlcollect import Collector, Episode, MultiAgentEpisode, keys
+from rlcollect import AgentEpisodes, Collector, Episode, keys
 from rlcollect.collectors import RayCollector
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
 from tests.collectors.sampling.test_sample import (
@@ -112,6 +112,6 @@ def test_multi_agent_episodes_come_grouped_from_the_actors() -> None:
         episodes = collector.sample(num_episodes=4)
     assert len({episode.id_ for episode in episodes}) == 4
     for episode in episodes:
-        assert isinstance(episode, MultiAgentEpisode)
+        assert isinstance(episode, AgentEpisodes)
         assert (len(episode), episode.is_truncated) == (7, True)
         assert_agent_episodes(episode, episode.env_episode.transitions)

@@ -18,10 +18,10 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 
 from rlcollect import (
+    AgentEpisodes,
     Collector,
     Episode,
     EpisodeJoiner,
-    MultiAgentEpisode,
     MultiAsyncCollector,
     MultiSyncCollector,
     ReplayBuffer,
@@ -29,7 +29,7 @@ from rlcollect import (
 )
 from rlcollect.testing import CountingEnv
 
-Sampled = Episode | MultiAgentEpisode
+Sampled = Episode | AgentEpisodes
 SPREAD_WEIGHTS = torch.linspace(-1.0, 1.0, 18 * 5).reshape(18, 5)
 
 
@@ -328,7 +328,7 @@ def spread_env(seed: int = 0, max_cycles: int = 7) -> Any:
     return PettingZooEnv(env, seed=seed)
 
 
-def assert_agent_episodes(episode: MultiAgentEpisode, env_transitions: TensorDictBase) -> None:
+def assert_agent_episodes(episode: AgentEpisodes, env_transitions: TensorDictBase) -> None:
     """Agent i's episode reads group "agent"'s entries at index i of the env episode."""
     assert episode.agent_ids == [("agent", 0), ("agent", 1), ("agent", 2)]
     for (group, index), agent in episode.agent_episodes.items():
@@ -352,8 +352,8 @@ def test_multi_agent_episodes_hold_one_episode_per_agent() -> None:
     calls = sample_until_stop(seeded(make), num_timesteps=5)
     expected = by_hand(seeded(make))  # 7-step episodes, truncated by max_cycles
     assert [len(episode) for episode in expected] == [7, 7, 7, 7]
-    assert all(isinstance(e, MultiAgentEpisode) for call in calls for e in call)
-    episodes: dict[int, list[MultiAgentEpisode]] = {}
+    assert all(isinstance(e, AgentEpisodes) for call in calls for e in call)
+    episodes: dict[int, list[AgentEpisodes]] = {}
     for chunk in (chunk for call in calls for chunk in call):
         episodes.setdefault(chunk.id_, []).append(chunk)
     for whole in expected:
@@ -442,6 +442,6 @@ def test_multi_sync_groups_each_workers_agents_per_env_episode() -> None:
         episodes = collector.sample(num_episodes=4)
     assert len({episode.id_ for episode in episodes}) == 4
     for episode in episodes:
-        assert isinstance(episode, MultiAgentEpisode)
+        assert isinstance(episode, AgentEpisodes)
         assert (len(episode), episode.is_truncated) == (7, True)
         assert_agent_episodes(episode, episode.env_episode.transitions)
