@@ -122,6 +122,9 @@ class EnvPoolEnv(EnvBase):
                 f"{self.env_id} observes {observation_space!r}; EnvPoolEnv handles Box "
                 "observations (classic control, MuJoCo, Atari)."
             )
+        # One env's Gymnasium spaces, as a Gymnasium vector env names them (for a framework that
+        # builds its model from spaces, e.g. RLlib's door).
+        self.single_observation_space, self.single_action_space = observation_space, action_space
         single_observation = observation_spec_from_space(observation_space)
         single_action = spec_from_space(action_space, categorical)
         self.observation_spec = single_observation.expand(self.num_envs)

@@ -3,6 +3,7 @@ episode ends becomes the `ChunkSteps` of one `SingleAgentEpisode` chunk."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,8 @@ class BatchReader:
 
     Args:
         carrier: the loop's carrier `[num_envs, T + 1]`, just collected.
-        record: the env's step record (infos, step times) for the same slots.
+        record: the env's step record (infos, step times) for the same slots; None for an env
+            that keeps none (its infos are then empty, its step times the batch's end).
         extra_names: the module's extra outputs under `"rllib"` (none with random actions).
         dtypes: RLlib's dtype of each column the module wrote (its actions, its extras).
         weights_seq_no: the weights version of every step of this batch.
@@ -75,13 +77,14 @@ class BatchReader:
     def __init__(
         self,
         carrier: TensorDictBase,
-        record: StepRecord,
+        record: StepRecord | None,
         extra_names: list[str],
         dtypes: dict[str, np.dtype],
         weights_seq_no: int,
         random_actions: bool,
     ) -> None:
         self._record = record
+        self._read_at = time.perf_counter()
         self._observations = carrier.get(keys.OBSERVATION).numpy()
         self._next_observations = carrier.get((keys.NEXT, keys.OBSERVATION)).numpy()
         self._rewards = carrier.get((keys.NEXT, keys.REWARD)).numpy()
@@ -110,8 +113,13 @@ class BatchReader:
         observations = np.concatenate(
             [self._observations[index, rows], self._next_observations[index, last : last + 1]]
         )
-        infos = [record.root_infos[first][index]]
-        infos += [record.next_infos[row][index] for row in range(first, last + 1)]
+        if record is None:
+            infos: list[dict] = [{} for _ in range(last - first + 2)]
+            first_time = last_time = self._read_at
+        else:
+            infos = [record.root_infos[first][index]]
+            infos += [record.next_infos[row][index] for row in range(first, last + 1)]
+            first_time, last_time = record.stepped_at[first], record.stepped_at[last]
         extras = {
             name: column[index, rows].astype(dtype, copy=True)
             for name, (column, dtype) in self._extras.items()
@@ -123,6 +131,6 @@ class BatchReader:
             actions=self._actions[index, rows].astype(self._actions_dtype, copy=True),
             rewards=self._rewards[index, rows, 0].astype(np.float64),
             extras=extras,
-            first_step_time=float(record.stepped_at[first]),
-            last_step_time=float(record.stepped_at[last]),
+            first_step_time=float(first_time),
+            last_step_time=float(last_time),
         )

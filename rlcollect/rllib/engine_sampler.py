@@ -16,8 +16,7 @@ from tensordict.nn import TensorDictModule
 from rlcollect import keys
 from rlcollect.collectors.policy.holder import PolicyHolder
 from rlcollect.collectors.rollout import RolloutLoop
-from rlcollect.envs.gym_vector import GymVectorEnv
-from rlcollect.envs.step_record import RESET, STEP
+from rlcollect.envs.step_record import RESET, STEP, StepRecord
 from rlcollect.rllib.batch_episodes import BatchReader, Piece, join
 from rlcollect.rllib.episode_chunks import build_chunk
 from rlcollect.rllib.module_forward import RLModuleForward, RLModulePolicy
@@ -33,6 +32,7 @@ class SamplerHost(Protocol):
     """What the sampler needs from its runner: the env, its settings, failures and timing."""
 
     env: Any
+    engine_env: Any
     num_envs: int
     episodes_to_numpy: bool
     lookback: int
@@ -67,12 +67,9 @@ class EngineSampler:
         self._bind_env()
 
     def _bind_env(self) -> None:
-        """The engine's env over the host's (re)built vector env, and the policy on it."""
-        self._vector_env = self._host.env
-        self.env = GymVectorEnv(
-            self._vector_env, categorical_action_encoding=True, record_steps=True
-        )
-        self.record = self.env.step_record
+        """The host's (re)built engine env, and the policy on it."""
+        self.env = self._host.engine_env
+        self.record: StepRecord | None = getattr(self.env, "step_record", None)
         probe = self.env.observation_spec[keys.OBSERVATION].zero()
         self.policy = RLModulePolicy(self._forward, probe)
         module = TensorDictModule(
@@ -85,7 +82,7 @@ class EngineSampler:
         self._current: RolloutLoop | None = None
         self._reset_requested = True
         # Per sub-env, what its next chunk continues: a cut chunk, or None after a reset.
-        self.starts: list[SingleAgentEpisode | None] = [None] * self.env.num_envs
+        self.starts: list[SingleAgentEpisode | None] = [None] * self._host.num_envs
 
     def _loop(self, steps: int) -> RolloutLoop:
         """The loop of `steps` steps per batch, going on from where the env stands."""
@@ -103,9 +100,12 @@ class EngineSampler:
     def reset(self, seed: int | None) -> None:
         """Every sub-env starts a fresh episode at the next batch (seeded when `seed` is given,
         by that reset itself, as RLlib's runner seeds its first)."""
-        self.env.seed_next_reset(seed)
+        if hasattr(self.env, "seed_next_reset"):
+            self.env.seed_next_reset(seed)
+        elif seed is not None:
+            self.env.set_seed(seed)
         self._reset_requested = True
-        self.starts = [None] * self.env.num_envs
+        self.starts = [None] * self._host.num_envs
 
     # --- sampling ------------------------------------------------------------------------------
 
@@ -128,13 +128,13 @@ class EngineSampler:
             finished += reader  # the env failed and was rebuilt: the count starts again
         firsts = self._finish(reader, steps_per_env, finished)
         ongoing: list[SingleAgentEpisode] = []
-        for index in range(self.env.num_envs):
+        for index in range(self._host.num_envs):
             if firsts[index] < steps_per_env:
                 piece = reader.piece(index, int(firsts[index]), steps_per_env - 1)
                 chunk = self._chunk(index, [piece], reader, None)
                 ongoing.append(chunk)
                 self.starts[index] = chunk.cut(len_lookback_buffer=self._host.lookback)
-        return finished, ongoing, steps_per_env * self.env.num_envs
+        return finished, ongoing, steps_per_env * self._host.num_envs
 
     def sample_episodes(
         self,
@@ -150,7 +150,7 @@ class EngineSampler:
         Batches of `EPISODE_BATCH_STEPS` run until enough episodes finished; an episode that
         spans batches is joined from its pieces. The steps after the row where the last
         episode needed finished are not counted."""
-        num_envs = self.env.num_envs
+        num_envs = self._host.num_envs
         finished: list[SingleAgentEpisode] = []
         pieces: list[list[Piece]] = [[] for _ in range(num_envs)]
         rows = 0
@@ -191,7 +191,7 @@ class EngineSampler:
         (whole episodes, joined across batches): at most `limit` episodes in all; returns the
         row where the last of them ended, or None when more are needed (each sub-env's
         unfinished run then joins its pieces)."""
-        firsts = np.zeros(self.env.num_envs, dtype=np.int64)
+        firsts = np.zeros(self._host.num_envs, dtype=np.int64)
         for row, index in zip(*np.nonzero(reader.ends(completed).T), strict=True):
             if limit is not None and len(finished) >= limit:
                 break
@@ -205,7 +205,7 @@ class EngineSampler:
             firsts[index] = row + 1
         if pieces is None:
             return firsts
-        for index in range(self.env.num_envs):
+        for index in range(self._host.num_envs):
             if firsts[index] < completed:
                 pieces[index].append(reader.piece(index, int(firsts[index]), completed - 1))
         return None
@@ -221,11 +221,12 @@ class EngineSampler:
         """One batch of `steps` steps through the engine's loop, read back. When the env
         failed and was rebuilt (RLlib's `restart_failed_sub_environments`): the episodes that
         finished before the failure (RLlib keeps them; the ongoing ones are dropped)."""
-        if self._host.env is not self._vector_env:  # the runner rebuilt its env
+        if self._host.engine_env is not self.env:  # the runner rebuilt its env
             self._bind_env()
         self.policy.begin(explore, t)
         record = self.record
-        record.last_step = -1
+        if record is not None:
+            record.last_step = -1
         host = self._host
         try:
             loop = self._loop(steps)
@@ -235,17 +236,18 @@ class EngineSampler:
             loop.collect(random_actions)
         except Exception as err:  # the env's own error (or the module's), raised by the loop
             finished: list[SingleAgentEpisode] = []
-            completed = self.record.last_step + 1
+            completed = -1 if record is None else record.last_step + 1
             if self._current is not None and completed > 0:
                 reader = self._reader(self._current, random_actions, weights_seq_no)
                 self._finish(reader, completed, finished)
-            self.starts = [None] * self.env.num_envs
+            self.starts = [None] * self._host.num_envs
             self._recover(err)
             return finished
         finally:
-            seconds, count = record.take_step_time()
-            host._env_step_seconds += seconds
-            host._env_steps_tried += count
+            if record is not None:
+                seconds, count = record.take_step_time()
+                host._env_step_seconds += seconds
+                host._env_steps_tried += count
         self.batches += 1
         return self._reader(loop, random_actions, weights_seq_no)
 
@@ -263,8 +265,9 @@ class EngineSampler:
         """After the env raised in the loop: rebuild it (RLlib's `restart_failed_sub_environments`)
         or raise with what failed and which setting would go on."""
         host = self._host
-        phase = self.record.phase
-        if phase == STEP or (phase == RESET and self.record.masked):
+        record = self.record
+        phase = None if record is None else record.phase
+        if phase == STEP or (phase == RESET and record is not None and record.masked):
             host.metrics.log_value("num_env_step_failures", 1, reduce="lifetime_sum")
         if not host.config.restart_failed_sub_environments:
             if phase == STEP:
@@ -274,7 +277,7 @@ class EngineSampler:
                     "config.fault_tolerance(restart_failed_sub_environments=True)."
                 ) from err
             raise err
-        if phase is None:  # not the env's own failure: nothing to rebuild
+        if phase is None:  # not the env's own failure (or a backend that cannot tell): raise
             raise err
         if not isinstance(err, StepFailedRecreateEnvError):  # that one asks for quiet
             logger.exception("env.%s() failed; rebuilding the env, resetting every sub-env", phase)

@@ -38,6 +38,8 @@ def fast_path_blocker(runner: Any) -> str | None:
         return "an episode callback needs live episodes"
     if not isinstance(runner.env.single_observation_space, ARRAY_SPACES):
         return f"observation space {runner.env.single_observation_space!r} is not one array"
+    if not runner.env_backend.steps_vector_env:  # an engine env: it takes a reset mask
+        return None
     vector_env = getattr(runner.env, "env", None)
     if type(vector_env) not in (SyncVectorEnv, AsyncVectorEnv):
         return f"vector env {type(vector_env).__name__} may not take a reset mask"

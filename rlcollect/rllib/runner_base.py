@@ -52,6 +52,7 @@ class RunnerBase(EnvRunner, Checkpointable):
         gpus = 0 if not self.worker_index else self.config.num_gpus_per_env_runner
         self._device = get_device(self.config, gpus)
         self.env: Any = None
+        self.engine_env: Any = None  # the env the engine's loop steps (see env_backends.py)
         self.num_envs = 0
         self.module: Any = None
         self.episodes_to_numpy = self.config.episodes_to_numpy

@@ -14,7 +14,8 @@ from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from rlcollect.rllib.engine_sampler import EngineSampler
-from rlcollect.rllib.env_building import build_config_vector_env, env_context
+from rlcollect.rllib.env_backends import GymVectorBackend
+from rlcollect.rllib.env_building import env_context
 from rlcollect.rllib.fast_path import fast_path_blocker
 from rlcollect.rllib.module_forward import RLModuleForward
 from rlcollect.rllib.pipeline_sampler import PipelineSampler
@@ -61,6 +62,23 @@ class SingleAgentEnvRunner(RunnerBase):
 
     #: Set to False (e.g. on a subclass) to run every config through RLlib's pipelines.
     allow_fast_path = True
+    #: The engine env the runner samples (see `with_backend`).
+    env_backend: Any = GymVectorBackend()
+
+    @classmethod
+    def with_backend(cls, backend: Any) -> type[SingleAgentEnvRunner]:
+        """This runner class on another engine env: `GymVectorBackend()` (the default, RLlib's
+        own vector env), `EnvPoolBackend()`, or `ParallelEnvBackend(transform=...)`; give the
+        result to `config.env_runners(env_runner_cls=...)`."""
+        for attribute in ("name", "steps_vector_env", "build"):
+            if not hasattr(backend, attribute):
+                raise TypeError(
+                    f"backend={backend!r} is not an env backend (it has no {attribute!r}); use "
+                    "GymVectorBackend(), EnvPoolBackend() or ParallelEnvBackend() from "
+                    "rlcollect.rllib."
+                )
+        name = f"{cls.__name__}[{backend.name}]"
+        return type(name, (cls,), {"env_backend": backend, "__module__": cls.__module__})
 
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
         super().__init__(config=config, **kwargs)
@@ -81,7 +99,9 @@ class SingleAgentEnvRunner(RunnerBase):
     def make_env(self) -> None:
         """(Re)build the vector env from the config; the next `sample()` resets every sub-env."""
         self._close_env()
-        self.env = build_config_vector_env(self.config, self.worker_index, self.num_workers)
+        self.env, self.engine_env = self.env_backend.build(
+            self.config, self.worker_index, self.num_workers
+        )
         self.num_envs = self.env.num_envs
         self._needs_initial_reset = True
         self._announce_env(env_context(self.config, self.worker_index, self.num_workers))
@@ -117,6 +137,12 @@ class SingleAgentEnvRunner(RunnerBase):
                     device=self._device,
                 )
                 self._sampler = EngineSampler(self, forward)
+            elif not self.env_backend.steps_vector_env:
+                raise ValueError(
+                    f"{type(self).__name__} samples its {self.env_backend.name} env through "
+                    f"the engine's loop only, and this config needs RLlib's pipelines: "
+                    f"{reason}. Use the default backend (GymVectorBackend()) for it."
+                )
             else:
                 logger.debug("RLlib's pipelines run step by step: %s", reason)
                 self._sampler = PipelineSampler(self)

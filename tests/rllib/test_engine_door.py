@@ -20,7 +20,13 @@ from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
 
 from rlcollect.collectors.rollout import RolloutLoop
-from rlcollect.rllib import SingleAgentEnvRunner
+from rlcollect.rllib import (
+    EnvPoolBackend,
+    GymVectorBackend,
+    ParallelEnvBackend,
+    SingleAgentEnvRunner,
+)
+from rlcollect.transforms import RewardSum
 
 TIMEOUT = 420
 EPISODE_LEN = 5
@@ -35,15 +41,37 @@ def engine_facts(runner: SingleAgentEnvRunner) -> dict:
         "env": type(sampler.env).__name__,
         "loop": f"{type(loop).__module__}.{type(loop).__name__}",
         "batches": sampler.batches,
+        "carrier_keys": sorted(map(str, loop.layout.carrier.keys())),
     }
+
+
+def has_envpool() -> bool:
+    try:
+        import envpool  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+BACKENDS = {
+    "gymnasium": (GymVectorBackend, "GymVectorEnv"),
+    "envpool": (EnvPoolBackend, "EnvPoolEnv"),
+    # Sub-envs in worker processes, with an engine transform (its running return).
+    "parallel": (lambda: ParallelEnvBackend(RewardSum), "TransformedEnv"),
+}
 
 
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.usefixtures("no_leftover_children")
 @pytest.mark.parametrize("num_env_runners", [0, 1], ids=["local", "remote"])
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_an_algorithms_runner_samples_through_the_engines_rollout_loop(
-    num_env_runners, monkeypatch
+    backend, num_env_runners, monkeypatch
 ):
+    if backend == "envpool" and not has_envpool():
+        pytest.skip("envpool is not installed (the envpool extra)")
+    make_backend, engine_env = BACKENDS[backend]
+    runner_cls = SingleAgentEnvRunner.with_backend(make_backend())
     collected = []
     original = RolloutLoop.collect
 
@@ -56,7 +84,7 @@ def test_an_algorithms_runner_samples_through_the_engines_rollout_loop(
         PPOConfig()
         .environment("CartPole-v1")
         .env_runners(
-            env_runner_cls=SingleAgentEnvRunner,
+            env_runner_cls=runner_cls,
             num_env_runners=num_env_runners,
             num_envs_per_env_runner=2,
         )
@@ -72,7 +100,9 @@ def test_an_algorithms_runner_samples_through_the_engines_rollout_loop(
         algo.stop()
     assert len(facts) == 1
     assert facts[0]["sampler"] == "EngineSampler"
-    assert facts[0]["env"] == "GymVectorEnv"
+    assert facts[0]["env"] == engine_env
+    if backend == "parallel":  # the transform runs in the engine's loop
+        assert "episode_reward" in facts[0]["carrier_keys"]
     assert facts[0]["loop"] == "rlcollect.collectors.rollout.RolloutLoop"
     assert facts[0]["batches"] >= 1
     # Locally, the loop's own collect() ran in this process, once per batch.
