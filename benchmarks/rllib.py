@@ -6,7 +6,9 @@ categorical head, on CartPole-v1, `num_envs_per_env_runner` = 1, 8, 64) in this 
 Algorithm builds a remote runner, and time `sample(num_timesteps=F)` in turn (RLlib's, ours,
 RLlib's, ...), so both run under the same load. One torch thread, as in RLlib's runner actors.
 Reported: the median frames/s of each over the rounds, by wall clock and by process CPU time
-(what other jobs on a shared machine disturb least), and ours / RLlib's.
+(what other jobs on a shared machine disturb least), and ours / RLlib's. Where EnvPool is
+installed, ours also runs on `EnvPoolBackend()` (the same task, EnvPool's CartPole, in the same
+turns): the speed an RLlib user gets by picking that backend in one line.
 
 With `--train`, learning parity instead: RLlib's PPO on CartPole-v1 (RLlib's tuned CartPole
 example: lr 3e-4, 6 epochs, vf_loss_coeff 0.01, a 32-unit linear MLP with a shared value
@@ -58,9 +60,24 @@ def build_runners(num_envs: int) -> dict[str, object]:
         "rllib": RLlibRunner(config=config, worker_index=1),
         "rlcollect": SingleAgentEnvRunner(config=config, worker_index=1),
     }
+    if has_envpool():
+        from rlcollect.rllib import EnvPoolBackend
+
+        envpool_runner = SingleAgentEnvRunner.with_backend(EnvPoolBackend(num_threads=1))
+        runners["rlcollect_envpool"] = envpool_runner(config=config, worker_index=1)
     state = runners["rllib"].get_state()
-    runners["rlcollect"].set_state(state)  # the same weights in both
+    for name in runners:
+        if name != "rllib":
+            runners[name].set_state(state)  # the same weights in all
     return runners
+
+
+def has_envpool() -> bool:
+    try:
+        import envpool  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def time_sample(runner: object, frames: int) -> tuple[float, float, int]:
@@ -89,6 +106,9 @@ def measure(num_envs: int, frames: int, rounds: int) -> dict[str, object]:
             row[f"{name}_{clock}_fps"] = statistics.median(rates[name][clock])
     for clock in ("wall", "cpu"):
         row[f"ratio_{clock}"] = row[f"rlcollect_{clock}_fps"] / row[f"rllib_{clock}_fps"]
+        if "rlcollect_envpool" in runners:
+            envpool_fps = row[f"rlcollect_envpool_{clock}_fps"]
+            row[f"ratio_envpool_{clock}"] = envpool_fps / row[f"rllib_{clock}_fps"]
     return row
 
 
@@ -267,10 +287,16 @@ def main() -> None:
     for num_envs in args.envs:
         row = measure(num_envs, max(frames, num_envs), rounds)
         rows.append(row)
+        envpool = (
+            f"   ours on EnvPool {row['rlcollect_envpool_wall_fps']:,.0f} fps "
+            f"({row['ratio_envpool_wall']:.2f}x; cpu {row['ratio_envpool_cpu']:.2f}x)"
+            if "ratio_envpool_wall" in row
+            else ""
+        )
         print(
             f"{num_envs:>5} {row['rllib_wall_fps']:>10,.0f} {row['rlcollect_wall_fps']:>10,.0f} "
             f"{row['ratio_wall']:>9.2f}x {row['rllib_cpu_fps']:>13,.0f} "
-            f"{row['rlcollect_cpu_fps']:>12,.0f} {row['ratio_cpu']:>10.2f}x",
+            f"{row['rlcollect_cpu_fps']:>12,.0f} {row['ratio_cpu']:>10.2f}x{envpool}",
             flush=True,
         )
     at_8 = [row for row in rows if row["num_envs"] == 8]
