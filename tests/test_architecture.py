@@ -4,6 +4,7 @@ circle. `lint-imports` checks them from the source, without importing it."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def lint_imports(*arguments: str) -> subprocess.CompletedProcess[str]:
 def test_every_import_contract_is_kept() -> None:
     result = lint_imports()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 kept, 0 broken" in result.stdout, result.stdout
+    assert "5 kept, 0 broken" in result.stdout, result.stdout
 
 
 def lint_imports_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
@@ -83,3 +84,30 @@ def test_the_ray_evaluation_backend_importing_the_process_worker_breaks_the_cont
         "rlcollect.collectors.evaluation.ray_actor is not allowed to import "
         "rlcollect.collectors.evaluation.worker"
     ) in " ".join(result.stdout.split())  # lint-imports wraps long lines
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The `rlcollect` modules `path` imports (absolute imports, as the package writes them)."""
+    tree = ast.parse(path.read_text())
+    return {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlcollect")
+    }
+
+
+def test_rllibs_door_samples_on_the_engine() -> None:
+    """The door imports the engine's loop and env (it adds no loop of its own for single-agent
+    sampling: `tests/rllib/test_engine_door.py` shows it running)."""
+    door = ROOT / "rlcollect" / "rllib"
+    imported = set().union(*(imported_modules(path) for path in door.glob("*.py")))
+    assert "rlcollect.collectors.rollout" in imported
+    assert "rlcollect.collectors.policy.holder" in imported
+    assert {"rlcollect.envs.gym_vector", "rlcollect.envs.envpool_env"} <= imported
+
+
+@pytest.mark.timeout(150)
+def test_the_engine_importing_rllibs_door_breaks_the_contract(tmp_path: Path) -> None:
+    result = lint_imports_with(tmp_path, "collectors/rollout.py", "import rlcollect.rllib")
+    assert result.returncode != 0, result.stdout
+    assert "rlcollect.collectors.rollout -> rlcollect.rllib" in result.stdout
