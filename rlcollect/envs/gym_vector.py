@@ -249,7 +249,7 @@ class GymVectorEnv(EnvBase):
         if autoreset.any():
             self._write_observation_masked(t, self._last_observation, autoreset)
             if self.step_record is not None:
-                self.step_record.record_reset(t, self._last_info, autoreset)
+                self.step_record.record_reset(t, self._last_info, autoreset, self._last_observation)
         for flag in self._rows.root_flags:
             flag[selected, t] = False
         self._autoreset = self._autoreset & ~selected
@@ -270,7 +270,7 @@ class GymVectorEnv(EnvBase):
             observation, info = self._env.reset(options={"reset_mask": fresh.copy()})
             self._write_observation_masked(t, observation, fresh)
         if record is not None:
-            record.record_reset(t, info, None if fresh.all() else fresh)
+            record.record_reset(t, info, None if fresh.all() else fresh, observation)
 
     def step_into(self, t: int) -> None:
         self._step_rows(t)
@@ -303,7 +303,7 @@ class GymVectorEnv(EnvBase):
             self.step_record.begin(STEP)
         observation, reward, terminated, truncated, info = self._env.step(actions)
         if self.step_record is not None:
-            self.step_record.record_step(t, info, started)
+            self.step_record.record_step(t, info, started, observation)
         self._write_observation(rows.next_observations, t, observation)
         rows.reward[:, t, 0] = reward
         done = terminated | truncated

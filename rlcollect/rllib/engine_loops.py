@@ -18,7 +18,7 @@ from tensordict.nn import TensorDictModule
 
 from rlcollect import keys
 from rlcollect.collectors.policy.holder import PolicyHolder
-from rlcollect.collectors.rollout import LoopFlags, RolloutLoop
+from rlcollect.collectors.rollout import BatchAbandonedError, LoopFlags, RolloutLoop
 from rlcollect.envs.step_record import RESET, STEP, StepRecord
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,8 @@ class EngineLoops:
 
     def __init__(self, host: Any) -> None:
         self._host = host
+        # True while the loop collects (the policy step is not called for the engine's probe).
+        self.collecting = False
         self.batches = 0  # batches the engine's loop collected (for tests and metrics)
         self._bind_env()
 
@@ -96,12 +98,14 @@ class EngineLoops:
             if self._reset_requested:
                 loop.stream.needs_reset = True
                 self._reset_requested = False
+            self.collecting = True
             loop.collect(random_actions, stop)
+        except BatchAbandonedError:
+            raise
         except Exception as err:
-            if type(err).__name__ == "BatchAbandonedError":
-                raise
             return self._current, err
         finally:
+            self.collecting = False
             if record is not None:
                 seconds, count = record.take_step_time()
                 self._host._env_step_seconds += seconds

@@ -1,51 +1,232 @@
-"""The general path: RLlib's connector pipelines and callbacks run on live episodes, step by
-step, for configs the fast path does not cover (a user's connectors, recurrent modules,
-episode callbacks, structured observations, vector envs without a reset mask)."""
+"""The general path on the engine: RLlib's connector pipelines, module and episode callbacks run
+on live episodes as the policy step of the engine's `RolloutLoop`, for configs the batched step
+does not cover (a user's connectors, recurrent modules, episode callbacks, structured
+observations). The loop steps the env; this module only keeps RLlib's episodes beside it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import ENV_TO_MODULE_CONNECTOR, MODULE_TO_ENV_CONNECTOR, WEIGHTS_SEQ_NO
 from ray.rllib.utils.spaces.space_utils import unbatch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rlcollect import keys
+from rlcollect.collectors.rollout import BatchAbandonedError
+from rlcollect.rllib.engine_loops import EngineLoops
 
 
-class PipelineSampler:
-    """RLlib's sampling semantics on live episodes, with the env's own next-step autoreset.
+class PipelineStep(nn.Module):
+    """The engine's policy step for the general path: each call is the sampler's next step
+    (`PipelineSampler.act`), its env actions returned as one tensor. Outside a batch (the
+    engine's probe of the policy's outputs) it returns zeros and touches no episode."""
 
-    The env-to-module pipeline runs after every step (its output cached for the next forward),
-    the module-to-env pipeline after every forward, and the episode callbacks where RLlib's runner
-    makes them (`on_episode_created`, `_start`, `_step`, `_end`).
+    def __init__(self, sampler: PipelineSampler, zero_action: torch.Tensor) -> None:
+        super().__init__()
+        self.__dict__["_sampler"] = sampler  # not a submodule
+        self._zero = zero_action
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if not self._sampler.collecting:
+            return self._zero
+        return self._sampler.act()
+
+
+class PipelineSampler(EngineLoops):
+    """RLlib's sampling semantics on live episodes, stepped by the engine's loop.
+
+    At each step the previous step's results (read from the carrier and the env's step
+    record) go into the episodes, the episode callbacks run where RLlib's runner makes them
+    (`on_episode_created`, `_start`, `_step`, `_end`), the env-to-module pipeline runs on the
+    episodes, then the module's forward and the module-to-env pipeline give the actions the
+    loop hands the env. A sub-env that ended is reset by the engine at once, so its next
+    episode starts on the next step (RLlib's runner spends an autoreset step on it instead).
 
     Args:
         runner: the EnvRunner (its env, module, pipelines, metrics and callbacks).
     """
 
+    inference_mode = False  # connectors may keep what they build past the step
+
     def __init__(self, runner: Any) -> None:
         self._runner = runner
+        super().__init__(runner)
+
+    def _make_policy(self) -> TensorDictModule:
+        zero = self.env.action_spec.zero()
+        return TensorDictModule(
+            PipelineStep(self, zero), in_keys=[keys.OBSERVATION], out_keys=[keys.ACTION]
+        )
+
+    def _bind_env(self) -> None:
+        super()._bind_env()
+        if self.record is None:
+            raise ValueError(
+                f"RLlib's pipelines read the env's own observations and infos; the "
+                f"{type(self.env).__name__} engine env keeps none (use GymVectorBackend())."
+            )
+        self.record.keep_observations = True
         self.episodes: list[SingleAgentEpisode] = []
         self._shared_data: dict = {}
         self._to_module: Any = None
 
     def reset(self, seed: int | None, explore: bool) -> None:
-        """Reset every sub-env and start fresh episodes (callbacks and env-to-module included)."""
+        """Every sub-env starts a fresh episode at the next batch (seeded when `seed` is given)."""
+        self.request_reset(seed)
+        self.episodes = []
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    def sample(
+        self,
+        num_timesteps: int | None,
+        num_episodes: int | None,
+        *,
+        explore: bool,
+        random_actions: bool,
+        t: Any,
+        weights_seq_no: int,
+    ) -> tuple[list[SingleAgentEpisode], list[SingleAgentEpisode], int]:
+        """`(finished episodes, ongoing chunks, env steps)`: `ceil(num_timesteps / num_envs)`
+        steps of every sub-env, or the first `num_episodes` episodes to finish (then no
+        ongoing chunk)."""
+        num_envs = self._runner.num_envs
+        self._explore, self._random, self._timestep = explore, random_actions, t
+        self._seq_no, self._limit = weights_seq_no, num_episodes
+        self.finished: list[SingleAgentEpisode] = []
+        self.steps = 0
+        if num_timesteps is not None:
+            steps_per_env = -(-num_timesteps // num_envs)
+            while not self._batch(steps_per_env):  # the env failed and was rebuilt
+                self.steps = 0
+            return self.finished, self._cut_ongoing(), self.steps
+        while len(self.finished) < num_episodes:
+            if not self._batch(32):
+                self.steps = 0
+        return self.finished, [], self.steps
+
+    def _batch(self, steps: int) -> bool:
+        """One batch through the engine's loop; False when the env failed and was rebuilt
+        (the episodes finished before the failure kept, the ongoing ones dropped)."""
+        self._t = 0
+        try:
+            # Random actions too are drawn by `act` (RLlib's: the vector env's action space),
+            # which keeps the episodes; the loop's own random step would not.
+            loop, err = self._run(steps, random_actions=False, stop=self._enough)
+        except BatchAbandonedError:  # enough whole episodes: the rest of the batch is not run
+            return True
+        if err is not None:
+            # A step that completed before the failure (the env failed resetting the sub-envs
+            # it ended) still finishes its episodes; the ongoing ones are dropped.
+            if loop is not None and self.episodes and self.completed_steps() == self._t:
+                self._absorb(loop.layout.carrier, self._t - 1, restart=False)
+            self.episodes = []
+            self.recover(err)
+            return False
+        self._absorb(loop.layout.carrier, steps - 1)
+        return True
+
+    def _enough(self) -> bool:
+        return self._limit is not None and len(self.finished) >= self._limit
+
+    def act(self) -> torch.Tensor:
+        """The step at `self._t`: the last step into the episodes (or fresh episodes from a
+        reset), then the actions for this one."""
+        carrier = self._current.layout.carrier
+        t, self._t = self._t, self._t + 1
+        if t > 0:
+            self._absorb(carrier, t - 1)
+        elif not self.episodes:
+            self._start_all(carrier)
+        if self._random:
+            self._to_env = {Columns.ACTIONS: self._runner.env.action_space.sample()}
+        else:
+            self._to_env = self._forward_to_env(self._timestep(self.steps))
+        actions = self._to_env.pop(Columns.ACTIONS)
+        self._actions = unbatch(actions)
+        to_env = self._to_env.pop(Columns.ACTIONS_FOR_ENV, actions)
+        return torch.as_tensor(np.stack([np.asarray(action) for action in unbatch(to_env)]))
+
+    # --- the episodes beside the carrier -------------------------------------------------------
+
+    def _start_all(self, carrier: Any) -> None:
+        """Fresh episodes from the reset at slot 0."""
         runner = self._runner
         self._shared_data = {}
         self.episodes = [self._new_episode(index) for index in range(runner.num_envs)]
-        observations, infos = runner.try_env_reset(seed=seed)
-        observations = unbatch(observations)
+        observations = list(self.record.root_observations_at(0))
+        infos = list(self.record.root_infos_at(0))
         for episode, observation, info in zip(self.episodes, observations, infos, strict=True):
             episode.add_env_reset(observation=observation, infos=info)
-        self._to_module = None
-        if runner.module is not None:
-            self._to_module = self._env_to_module(
-                explore, **{Columns.OBS: observations, Columns.INFOS: infos}
-            )
+        self._env_to_module(**{Columns.OBS: observations, Columns.INFOS: infos})
         for index in range(runner.num_envs):
             runner.episode_callback("on_episode_start", index, self.episodes)
+
+    def _absorb(self, carrier: Any, t: int, restart: bool = True) -> None:
+        """The step at slot `t` into the episodes; episodes that ended there end (their sub-env
+        was reset into slot `t + 1`, where the next episode starts, unless `restart` is False:
+        the env failed in that reset)."""
+        runner = self._runner
+        next_td = carrier.get(keys.NEXT)
+        observations = self.record.next_observations[t]
+        rewards = next_td.get(keys.REWARD)[:, t, 0].numpy().astype(np.float64)
+        terminateds = next_td.get(keys.TERMINATED)[:, t, 0].numpy()
+        truncateds = next_td.get(keys.TRUNCATED)[:, t, 0].numpy()
+        infos = self.record.next_infos[t]
+        for index, episode in enumerate(self.episodes):
+            extras = {key: value[index] for key, value in self._to_env.items()}
+            extras[WEIGHTS_SEQ_NO] = self._seq_no
+            episode.add_env_step(
+                observation=observations[index],
+                action=self._actions[index],
+                reward=rewards[index],
+                infos=infos[index],
+                terminated=bool(terminateds[index]),
+                truncated=bool(truncateds[index]),
+                extra_model_outputs=extras,
+            )
+        self.steps += runner.num_envs
+        restarted = self._end_episodes(t + 1 if restart else None)
+        if restart and runner.module is not None:
+            self._env_to_module(
+                **{
+                    Columns.OBS: observations,
+                    Columns.ACTIONS: self._actions,
+                    Columns.REWARDS: rewards,
+                    Columns.INFOS: infos,
+                    Columns.TERMINATEDS: terminateds,
+                    Columns.TRUNCATEDS: truncateds,
+                }
+            )
+        for index in restarted:
+            runner.episode_callback("on_episode_start", index, self.episodes)
+
+    def _end_episodes(self, reset_slot: int | None) -> list[int]:
+        """Step / end callbacks; each ended episode is finished (while more are wanted) and a
+        new one starts from its sub-env's reset at `reset_slot`. Returns the restarted ones."""
+        runner, restarted = self._runner, []
+        for index in range(runner.num_envs):
+            runner.episode_callback("on_episode_step", index, self.episodes)
+            episode = self.episodes[index]
+            if not episode.is_done:
+                continue
+            runner.episode_callback("on_episode_end", index, self.episodes)
+            if not self._enough():
+                self.finished.append(episode.to_numpy() if runner.episodes_to_numpy else episode)
+            if reset_slot is None:
+                continue
+            self._new_episode(index)
+            self.episodes[index].add_env_reset(
+                observation=self.record.root_observations[reset_slot][index],
+                infos=self.record.root_infos[reset_slot][index],
+            )
+            restarted.append(index)
+        return restarted
 
     def _new_episode(self, index: int) -> SingleAgentEpisode:
         runner = self._runner
@@ -60,110 +241,27 @@ class PipelineSampler:
         runner.episode_callback("on_episode_created", index, self.episodes)
         return episode
 
-    def _env_to_module(self, explore: bool, **data: Any) -> Any:
+    def _env_to_module(self, **data: Any) -> None:
+        """Run the env-to-module pipeline on the episodes; its batch feeds the next forward."""
         runner = self._runner
-        return runner._env_to_module(
+        if runner.module is None:
+            return
+        self._to_module = runner._env_to_module(
             rl_module=runner.module,
             episodes=self.episodes,
             batch={},
-            explore=explore,
+            explore=self._explore,
             shared_data=self._shared_data,
             metrics=runner.metrics,
             metrics_prefix_key=(ENV_TO_MODULE_CONNECTOR,),
             **data,
         )
 
-    def _actions(self, explore: bool, random_actions: bool, t: int) -> dict[str, Any]:
-        """What goes to the env: the module's forward and the module-to-env pipeline."""
-        runner = self._runner
-        if random_actions:
-            return {Columns.ACTIONS: runner.env.action_space.sample()}
+    def _forward_to_env(self, t: int) -> dict[str, Any]:
         to_module, self._to_module = self._to_module, None
-        return forward_to_env(runner, to_module, self.episodes, self._shared_data, explore, t)
-
-    def sample(
-        self,
-        num_timesteps: int | None,
-        num_episodes: int | None,
-        *,
-        explore: bool,
-        random_actions: bool,
-        t: Callable[[int], int],
-        weights_seq_no: int,
-    ) -> tuple[list[SingleAgentEpisode], list[SingleAgentEpisode], int]:
-        """`(finished episodes, ongoing chunks, env steps)`: at least `num_timesteps` steps, or
-        the first `num_episodes` episodes to finish (then no ongoing chunk)."""
-        steps, finished = 0, []
-        while (
-            (steps < num_timesteps) if num_timesteps is not None else (len(finished) < num_episodes)
-        ):
-            to_env = self._actions(explore, random_actions, t(steps))
-            actions = to_env.pop(Columns.ACTIONS)
-            result = self._runner.try_env_step(to_env.pop(Columns.ACTIONS_FOR_ENV, actions))
-            if result is None:
-                steps = 0
-                self.reset(None, explore)
-                continue
-            steps += self._add_step(result, actions, to_env, explore, weights_seq_no)
-            finished.extend(self._end_episodes(num_episodes, len(finished)))
-        ongoing = []
-        if num_timesteps is not None:
-            ongoing = self._cut_ongoing()
-        return finished, ongoing, steps
-
-    def _add_step(
-        self, result: tuple, actions: Any, to_env: dict, explore: bool, weights_seq_no: int
-    ) -> int:
-        """Write one vector step into the episodes; the steps that count (not the autoresets)."""
-        observations, rewards, terminateds, truncateds, infos = result
-        observations, actions = unbatch(observations), unbatch(actions)
-        self._started = set()
-        counted = 0
-        for index, episode in enumerate(self.episodes):
-            if not episode.is_reset:
-                episode.add_env_reset(observation=observations[index], infos=infos[index])
-                self._started.add(index)
-                continue
-            extras = {key: value[index] for key, value in to_env.items()}
-            extras[WEIGHTS_SEQ_NO] = weights_seq_no
-            counted += 1
-            episode.add_env_step(
-                observation=observations[index],
-                action=actions[index],
-                reward=rewards[index],
-                infos=infos[index],
-                terminated=terminateds[index],
-                truncated=truncateds[index],
-                extra_model_outputs=extras,
-            )
-        if self._runner.module is not None:
-            self._to_module = self._env_to_module(
-                explore,
-                **{
-                    Columns.OBS: observations,
-                    Columns.ACTIONS: actions,
-                    Columns.REWARDS: rewards,
-                    Columns.INFOS: infos,
-                    Columns.TERMINATEDS: terminateds,
-                    Columns.TRUNCATEDS: truncateds,
-                },
-            )
-        return counted
-
-    def _end_episodes(self, num_episodes: int | None, already: int) -> list[SingleAgentEpisode]:
-        runner, finished = self._runner, []
-        for index in range(runner.num_envs):
-            which = "on_episode_start" if index in self._started else "on_episode_step"
-            runner.episode_callback(which, index, self.episodes)
-            if not self.episodes[index].is_done:
-                continue
-            runner.episode_callback("on_episode_end", index, self.episodes)
-            episode = self.episodes[index]
-            finished.append(episode.to_numpy() if runner.episodes_to_numpy else episode)
-            self._new_episode(index)
-            if num_episodes is not None and already + len(finished) >= num_episodes:
-                break
-        return finished
+        return forward_to_env(
+            self._runner, to_module, self.episodes, self._shared_data, self._explore, t
+        )
 
     def _cut_ongoing(self) -> list[SingleAgentEpisode]:
         runner = self._runner

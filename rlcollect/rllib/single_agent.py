@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -206,22 +205,6 @@ class SingleAgentEnvRunner(RunnerBase):
         else:
             sampler.reset(seed, explore)
         self._needs_initial_reset = False
-
-    def try_env_reset(self, seed: int | None = None) -> tuple[Any, list[dict]]:
-        """Reset every sub-env, timed; with `restart_failed_sub_environments`, a reset that
-        fails rebuilds the env and resets the new one."""
-        started = time.perf_counter()
-        try:
-            result = self.env.reset(seed=seed)
-        except Exception:
-            if not self.config.restart_failed_sub_environments:
-                raise
-            logger.exception("env.reset() failed; rebuilding the env and resetting every sub-env")
-            self.make_env()
-            return self.try_env_reset(seed=seed)
-        self._env_reset_seconds += time.perf_counter() - started
-        self._env_resets += 1
-        return result
 
     def single_spaces(self) -> tuple[gym.Space, gym.Space]:
         """One sub-env's observation and action spaces."""

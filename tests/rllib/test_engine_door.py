@@ -109,9 +109,16 @@ def test_an_algorithms_runner_samples_through_the_engines_rollout_loop(
     assert len(collected) == (facts[0]["batches"] if num_env_runners == 0 else 0)
 
 
+class PipelineRunner(SingleAgentEnvRunner):
+    """Ours with RLlib's pipelines on live episodes (the general path), still on the engine."""
+
+    allow_fast_path = False
+
+
 @pytest.mark.timeout(TIMEOUT)
-def test_only_the_engines_env_steps_and_resets_the_vector_env():
-    runner = SingleAgentEnvRunner(
+@pytest.mark.parametrize("runner_cls", [SingleAgentEnvRunner, PipelineRunner])
+def test_only_the_engines_env_steps_and_resets_the_vector_env(runner_cls):
+    runner = runner_cls(
         config=PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2),
         worker_index=1,
     )
@@ -127,8 +134,11 @@ def test_only_the_engines_env_steps_and_resets_the_vector_env():
         setattr(vector_env, name, recording)
     runner.sample(num_timesteps=100)
     runner.sample(num_episodes=3)
+    runner.sample(num_timesteps=10, random_actions=True)
+    batches = runner._sampler.batches
     runner.stop()
     assert callers == {"rlcollect.envs.gym_vector"}
+    assert batches >= 3
 
 
 class CountingInfoEnv(gym.Env):
@@ -173,15 +183,16 @@ def test_episodes_infos_and_continuations_match_rllibs_runner():
         .env_runners(num_envs_per_env_runner=2)
     )
     records = {}
-    for cls in (RLlibRunner, SingleAgentEnvRunner):
+    for cls in (RLlibRunner, SingleAgentEnvRunner, PipelineRunner):
         runner = cls(config=config, worker_index=1)
         # Cuts mid-episode, an episode ending on a batch's last step, then whole episodes.
         samples = [runner.sample(num_timesteps=n) for n in (6, 14, 10)]
         samples.append(runner.sample(num_episodes=3))
         records[cls] = [episode_record(sample) for sample in samples]
         runner.stop()
-    ours, theirs = records[SingleAgentEnvRunner], records[RLlibRunner]
-    assert ours == theirs
+    theirs = records[RLlibRunner]
+    assert records[SingleAgentEnvRunner] == theirs
+    assert records[PipelineRunner] == theirs
     # The infos are the env's own, step by step (a reset's first, then each step's).
     first_episode = theirs[0][0]
     assert first_episode[4][0] == {"t": 0, "reset": True}
