@@ -409,7 +409,7 @@ def test_nested_observations_and_groups_with_more_batch_dims() -> None:
 
 def test_multi_agent_env_frame_for_frame() -> None:
     pytest.importorskip("mpe2")
-    from tests.envs.test_pettingzoo import greedy_agents, spread_env
+    from tests.envs.spread_agents import greedy_agents, spread_env
 
     def make(**options: Any) -> Collector:
         return Collector(spread_env(), greedy_agents(), frames_per_batch=25, **options)

@@ -12,30 +12,12 @@ from rlcollect import Collector, MultiSyncCollector
 from rlcollect.envs import ParallelEnv, SerialEnv
 from rlcollect.envs.pettingzoo_env import PettingZooEnv
 from rlcollect.testing import check_env
+from tests.envs.spread_agents import greedy_agents, spread, spread_env
 
 mpe2 = pytest.importorskip("mpe2")
-from mpe2 import simple_adversary_v3, simple_spread_v3  # noqa: E402
+from mpe2 import simple_adversary_v3  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def spread(max_cycles: int = 10) -> object:
-    return simple_spread_v3.parallel_env(N=3, continuous_actions=False, max_cycles=max_cycles)
-
-
-def spread_env(seed: int = 0, max_cycles: int = 10) -> PettingZooEnv:
-    return PettingZooEnv(spread(max_cycles), seed=seed)
-
-
-def greedy_agents(group: str = "agent") -> TensorDictModule:
-    """A deterministic policy over a group: argmax of a fixed linear map of each observation."""
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(18, 5)
-    return TensorDictModule(
-        lambda observation: linear(observation).argmax(-1),
-        in_keys=[(group, "observation")],
-        out_keys=[(group, "action")],
-    )
 
 
 def test_pettingzoo_env_passes_check_env() -> None:
@@ -121,7 +103,7 @@ def test_batched_pettingzoo_envs_have_a_tensordict_face(batched: type) -> None:
 def test_same_batches_as_torchrls_pettingzoo_wrapper() -> None:
     torchrl_envs = pytest.importorskip("torchrl.envs")
     torchrl_collectors = pytest.importorskip("torchrl.collectors")
-    from tests.collectors.single.test_torchrl_parity import assert_same_batches
+    from tests.collectors.single.torchrl_parity import assert_same_batches
 
     batches = []
     for collector_class, env in (

@@ -71,7 +71,7 @@ def test_only_the_acting_agent_is_marked_and_its_moves_are_the_legal_ones() -> N
 def test_same_batches_as_torchrls_aec_wrapper() -> None:
     torchrl_envs = pytest.importorskip("torchrl.envs")
     torchrl_collectors = pytest.importorskip("torchrl.collectors")
-    from tests.collectors.single.test_torchrl_parity import assert_same_batches
+    from tests.collectors.single.torchrl_parity import assert_same_batches
 
     batches = []
     for collector_class, env in (

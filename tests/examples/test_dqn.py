@@ -8,22 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.examples.dqn_runs import TINY
 from tests.examples.script_runner import (
     check_run_outputs,
     check_succeeded,
     checkpoint_frames,
     run_script,
-)
-
-TINY = (
-    "collector.frames_per_batch=32",
-    "collector.init_random_frames=256",
-    "dqn.learning_starts=256",
-    "log_every=512",
-    "checkpoint_every=1024",
-    "eval_episodes=1",
-    "eval_every=1024",
-    "progress=false",
 )
 
 

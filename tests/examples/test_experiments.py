@@ -3,9 +3,7 @@ of the greedy policy, repeatable seeds, the resolved config, and a clean Ctrl-C.
 
 from __future__ import annotations
 
-import csv
 import io
-import math
 import os
 import re
 import signal
@@ -20,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.examples.metrics_rows import metrics, without_clock
 from tests.examples.script_runner import (
     EXAMPLES,
     REPO_ROOT,
@@ -39,24 +38,6 @@ TINY = (
     "ppo.anneal_lr=false",
     "ppo.anneal_clip=false",
 )
-# What changes from run to run of the same seed: the clock (and the end-of-run evaluation).
-CLOCK_COLUMNS = {"wall_time_s", "frames_per_second", "weight_update_s", "final_eval_return"}
-
-
-def metrics(run_dir: Path) -> list[dict[str, float]]:
-    with (run_dir / "metrics.csv").open(newline="") as file:
-        return [
-            {name: float(value) if value else math.nan for name, value in row.items()}
-            for row in csv.DictReader(file)
-        ]
-
-
-def without_clock(rows: list[dict[str, float]]) -> list[dict[str, Any]]:
-    """The rows with NaN made comparable and the wall-clock columns dropped."""
-    return [
-        {n: ("nan" if math.isnan(v) else v) for n, v in row.items() if n not in CLOCK_COLUMNS}
-        for row in rows
-    ]
 
 
 def wandb_history(run_file: Path) -> dict[int, dict[str, Any]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.examples.mappo_runs import TINY
 from tests.examples.script_runner import (
     check_run_outputs,
     check_succeeded,
@@ -17,7 +18,6 @@ from tests.examples.script_runner import (
 
 pytest.importorskip("mpe2")
 
-TINY = ("env.num_envs=2", "collector.frames_per_batch=100", "eval_episodes=2", "progress=false")
 EVALUATION = re.compile(
     r"greedy evaluation: mean return per agent (-?[\d.]+) over (\d+) episodes; "
     r"random policy, same episodes: (-?[\d.]+)"

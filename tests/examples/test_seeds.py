@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples import test_dqn, test_mappo
+from tests.examples import dqn_runs, mappo_runs
+from tests.examples.metrics_rows import metrics, without_clock
 from tests.examples.script_runner import check_succeeded, run_script
-from tests.examples.test_experiments import metrics, without_clock
 
 RUNS = {
     "dqn": (
-        *test_dqn.TINY,
+        *dqn_runs.TINY,
         "dqn.background=false",
         "collector.total_frames=1024",
         "eval_episodes=0",
     ),
-    "mappo": (*test_mappo.TINY, "collector.total_frames=300", "eval_episodes=0"),
+    "mappo": (*mappo_runs.TINY, "collector.total_frames=300", "eval_episodes=0"),
 }
 
 

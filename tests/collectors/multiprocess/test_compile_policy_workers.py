@@ -16,7 +16,7 @@ from rlcollect.collectors import AsyncCollector, MultiAsyncCollector, MultiSyncC
 from rlcollect.envs import GymEnv
 from tests.collectors.multiprocess.frontends_side import RecordingBackend
 from tests.collectors.policies import greedy_module
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.torchrl_parity import assert_same_batches
 
 pytestmark = [
     pytest.mark.timeout(300),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from tensordict.nn import TensorDictModule
 from rlcollect import keys
 from rlcollect.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from rlcollect.testing import CountingEnv
+from tests.collectors.multiprocess.slow_envs import slow_counting_env
 from tests.collectors.policies import BiasPolicy
 
 pytestmark = [
@@ -29,18 +29,6 @@ PENDULUM = "Pendulum-v1"
 
 def counting_env() -> CountingEnv:
     return CountingEnv(episode_length=4)
-
-
-class SlowCountingEnv(CountingEnv):
-    """A counting env whose steps take 50 ms: the worker that runs it finishes last."""
-
-    def step_into(self, t: int) -> None:
-        time.sleep(0.05)
-        super().step_into(t)
-
-
-def slow_counting_env() -> CountingEnv:
-    return SlowCountingEnv(episode_length=4)
 
 
 def bias_module(bias: float) -> TensorDictModule:
@@ -281,7 +269,7 @@ def test_workers_compile_the_policy_and_accept_torchrls_other_options() -> None:
 
 
 def test_float_done_flags_in_a_worker() -> None:
-    from tests.collectors.single.test_torchrl_arguments import FloatDoneEnv
+    from tests.collectors.single.float_done_env import FloatDoneEnv
 
     with MultiSyncCollector(
         FloatDoneEnv, num_workers=2, frames_per_batch=16, total_frames=16
@@ -296,7 +284,7 @@ def test_float_done_flags_in_a_worker() -> None:
 
 IDLE_SCRIPT = """
 from rlcollect import MultiSyncCollector
-from tests.collectors.multiprocess.test_multi_torchrl_arguments import slow_counting_env
+from tests.collectors.multiprocess.slow_envs import slow_counting_env
 
 if __name__ == "__main__":
     with MultiSyncCollector([slow_counting_env], frames_per_batch=40) as collector:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlcollect.collectors import MultiAsyncCollector, MultiSyncCollector
-from tests.collectors.multiprocess.test_factory_only import pendulum, policy_with_bias
+from tests.collectors.multiprocess.recording_factory import pendulum, policy_with_bias
 
 UPDATES = 20
 

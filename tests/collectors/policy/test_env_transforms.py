@@ -11,7 +11,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
-from tests.collectors.policy.test_recurrent import lstm_policy
+from tests.collectors.policy.recurrent_policies import lstm_policy
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
-from torch import nn
+from tensordict.nn import TensorDictModuleBase
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv, SerialEnv
 from rlcollect.testing import CountingEnv
 from rlcollect.transforms import InitTracker, TransformedEnv
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.policy.recurrent_policies import lstm_policy
+from tests.collectors.single.torchrl_parity import assert_same_batches
 
 
 class StepMemory(TensorDictModuleBase):
@@ -77,23 +77,9 @@ def test_general_tensordict_policy_path_carries_state_too() -> None:
     assert torch.equal(data["hidden"], data["observation"])
 
 
-torchrl_modules = pytest.importorskip("torchrl.modules")
+pytest.importorskip("torchrl.modules")
 torchrl_envs = pytest.importorskip("torchrl.envs")
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
-
-
-def lstm_policy(kind: str = "lstm") -> tuple[TensorDictSequential, object]:
-    """A TorchRL LSTM (or GRU) policy and its recurrent module, with fixed weights."""
-    torch.manual_seed(0)
-    module_class = torchrl_modules.LSTMModule if kind == "lstm" else torchrl_modules.GRUModule
-    lstm = module_class(input_size=4, hidden_size=8, in_key="observation", out_key="embed")
-    head = TensorDictModule(nn.Linear(8, 2), in_keys=["embed"], out_keys=["logits"])
-    to_action = TensorDictModule(
-        lambda logits: nn.functional.one_hot(logits.argmax(-1), 2),
-        in_keys=["logits"],
-        out_keys=["action"],
-    )
-    return TensorDictSequential(lstm, head, to_action), lstm
 
 
 def torchrl_recurrent_batches(kind: str = "lstm") -> list[TensorDictBase]:

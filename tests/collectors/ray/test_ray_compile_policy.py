@@ -14,7 +14,7 @@ from rlcollect.collectors import RayCollector
 from tests.collectors.multiprocess.frontends_side import RecordingBackend
 from tests.collectors.policies import greedy_module
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.torchrl_parity import assert_same_batches
 
 pytest.importorskip("ray")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rlcollect.collectors import RayCollector
-from tests.collectors.multiprocess.test_multi_model_weights import (
+from tests.collectors.multiprocess.value_network import (
     VALUE,
     always_right,
     make_env,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlcollect.collectors.ray.collector import RayCollector
-from tests.collectors.policy.test_policy_map import Greedy, tag, team_of
+from tests.collectors.policy.tag_teams import Greedy, tag, team_of
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT
 
 pytest.importorskip("ray")

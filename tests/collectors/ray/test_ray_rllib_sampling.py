@@ -19,13 +19,13 @@ from rlcollect import ViewRequirement, keys
 from rlcollect.collectors import RayCollector
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT
 from tests.collectors.ray.helpers import counting_env as plain_counting_env
-from tests.collectors.sampling.test_batch_modes import assert_whole, episodes_of
-from tests.collectors.sampling.test_view_requirements import (
+from tests.collectors.sampling.trajectory_views import (
     VIEWS,
     counting_env,
     echo_policy,
     expected_view,
 )
+from tests.collectors.sampling.whole_episodes import assert_whole, episodes_of
 
 pytest.importorskip("ray")
 

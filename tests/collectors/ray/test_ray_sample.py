@@ -17,7 +17,7 @@ import pytest
 from rlcollect import AgentEpisodes, Collector, Episode, keys
 from rlcollect.collectors import RayCollector
 from tests.collectors.ray.helpers import RAY_TEST_TIMEOUT, counting_env
-from tests.collectors.sampling.test_sample import (
+from tests.collectors.sampling.sampled_episodes import (
     PARITY,
     SPREAD,
     assert_agent_episodes,

@@ -11,22 +11,9 @@ from tensordict import TensorDictBase
 from rlcollect import Collector
 from rlcollect.envs import GymEnv, SerialEnv
 from rlcollect.testing import CountingEnv
-from tests.collectors.single.test_torchrl_parity import assert_same_batches, greedy_module
-
-
-def episodes_of(batch: TensorDictBase) -> list[TensorDictBase]:
-    """The trajectories of a flat batch, by trajectory id, in order."""
-    ids = batch["collector", "traj_ids"]
-    _, counts = torch.unique_consecutive(ids, return_counts=True)
-    return list(batch.split(counts.tolist(), 0))
-
-
-def assert_whole(episode: TensorDictBase) -> None:
-    """Starts at an episode's first step (observation 0) and ends done, done only there."""
-    assert float(episode["observation"][0, 0]) == 0.0
-    done = episode["next", "done"].flatten()
-    assert bool(done[-1])
-    assert not bool(done[:-1].any())
+from tests.collectors.policies import greedy_module
+from tests.collectors.sampling.whole_episodes import assert_whole, episodes_of
+from tests.collectors.single.torchrl_parity import assert_same_batches
 
 
 def test_complete_episodes_of_98_steps_make_batches_of_196_frames() -> None:

@@ -12,7 +12,7 @@ import pytest
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.envs.torchrl_env import TorchRLEnv
-from tests.collectors.policy.test_recurrent import lstm_policy
+from tests.collectors.policy.recurrent_policies import lstm_policy
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import rlcollect.collectors
-from tests.collectors.multiprocess.test_distributed_node_collectors import (
+from tests.collectors.multiprocess.launcher_checks import (
     RUN_TIMEOUT,
     assert_weights_reached_the_workers,
     launcher_run,

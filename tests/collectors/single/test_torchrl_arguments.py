@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 from torch._dynamo.eval_frame import OptimizedModule
 
 from rlcollect import Collector, keys
 from rlcollect.envs import GymEnv
 from tests.collectors.policies import bias_module, greedy_module
-from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_both
+from tests.collectors.single.float_done_env import FloatDoneEnv
+from tests.collectors.single.torchrl_parity import assert_same_batches, collect_both
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")
@@ -314,39 +315,6 @@ def test_what_is_not_a_weight_updater_is_refused(updater: object, error: type, m
 
 
 # --- done flags that are not boolean --------------------------------------------------------------
-
-
-class FloatDoneEnv(torchrl_envs.EnvBase):
-    """A TorchRL env whose done and terminated flags are float32 (as in TorchRL's tests):
-    observation counts the steps, episodes last `length` steps."""
-
-    def __init__(self, length: int = 3) -> None:
-        super().__init__(batch_size=())
-        self.length = length
-        self.observation_spec = torchrl_data.Composite(observation=torchrl_data.Unbounded((1,)))
-        self.action_spec = torchrl_data.Unbounded((1,))
-        self.reward_spec = torchrl_data.Unbounded((1,))
-        flag = torchrl_data.Unbounded((1,), dtype=torch.float32)
-        self.full_done_spec = torchrl_data.Composite(done=flag, terminated=flag.clone())
-        self.count = 0
-
-    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
-        self.count = 0
-        zero = torch.zeros(1)
-        return TensorDict(observation=zero, done=zero.clone(), terminated=zero.clone())
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self.count += 1
-        done = torch.tensor([float(self.count >= self.length)])
-        return TensorDict(
-            observation=torch.tensor([float(self.count)]),
-            reward=torch.ones(1),
-            done=done,
-            terminated=done.clone(),
-        )
-
-    def _set_seed(self, seed: int | None) -> None:
-        return None
 
 
 def test_float_done_flags_end_episodes_as_in_torchrl() -> None:

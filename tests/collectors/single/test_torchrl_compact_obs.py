@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import Collector
 from rlcollect.testing import CountingEnv
-from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_all
+from tests.collectors.single.torchrl_parity import assert_same_batches, collect_all
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")

@@ -11,7 +11,7 @@ from tensordict.nn import TensorDictModule
 
 from rlcollect import Collector
 from rlcollect.envs import GymEnv
-from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_both
+from tests.collectors.single.torchrl_parity import assert_same_batches, collect_both
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")
@@ -162,7 +162,7 @@ def test_policy_factory_and_no_op_options_are_accepted() -> None:
 
 @pytest.mark.slow
 def test_auto_register_policy_transforms_adds_the_init_flag_a_recurrent_policy_reads() -> None:
-    from tests.collectors.policy.test_recurrent import lstm_policy
+    from tests.collectors.policy.recurrent_policies import lstm_policy
 
     batches = []
     for collector_class in (Collector, torchrl_collectors.Collector):
@@ -185,7 +185,7 @@ def test_auto_register_policy_transforms_adds_the_init_flag_a_recurrent_policy_r
 
 
 def test_a_policy_reading_a_missing_init_flag_names_auto_register_policy_transforms() -> None:
-    from tests.collectors.policy.test_recurrent import lstm_policy
+    from tests.collectors.policy.recurrent_policies import lstm_policy
 
     policy, _ = lstm_policy()
     for value in (None, False):
@@ -385,7 +385,7 @@ def tagging_env(batched: bool) -> object:
 
 @pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
 def test_non_tensor_entries_are_carried_as_in_torchrl(batched: bool) -> None:
-    from tests.collectors.single.test_torchrl_parity import greedy_module
+    from tests.collectors.policies import greedy_module
 
     batches = []
     for collector_class in (Collector, torchrl_collectors.Collector):
@@ -435,7 +435,7 @@ def _flat(values: object) -> list:
 @pytest.mark.timeout(120)
 def test_non_tensor_entries_come_back_from_worker_processes(no_leftover_children: None) -> None:
     from rlcollect import MultiAsyncCollector, MultiSyncCollector
-    from tests.collectors.single.test_torchrl_parity import greedy_module
+    from tests.collectors.policies import greedy_module
 
     make_env = functools.partial(tagging_env, False)
     single = Collector(make_env(), greedy_module(), frames_per_batch=20, total_frames=40)

@@ -18,7 +18,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect import Collector, MultiSyncCollector
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.torchrl_parity import assert_same_batches
 
 mocks = pytest.importorskip("torchrl.testing.mocking_classes")
 torchrl_collectors = pytest.importorskip("torchrl.collectors")

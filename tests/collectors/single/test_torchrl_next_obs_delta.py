@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 
 from rlcollect import Collector, MultiSyncCollector
 from tests.collectors.policies import greedy_module
-from tests.collectors.single.test_torchrl_parity import assert_same_batches, collect_all
+from tests.collectors.single.torchrl_parity import assert_same_batches, collect_all
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")

@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 from rlcollect import Collector
 from rlcollect.testing import CountingEnv
 from tests.collectors.policies import greedy_module
-from tests.collectors.single.test_torchrl_parity import assert_same_batches
+from tests.collectors.single.torchrl_parity import assert_same_batches
 
 torchrl_collectors = pytest.importorskip("torchrl.collectors")
 torchrl_envs = pytest.importorskip("torchrl.envs")
