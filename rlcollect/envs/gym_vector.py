@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -298,12 +297,13 @@ class GymVectorEnv(EnvBase):
         self._check_open()
         rows = self._rows
         actions = self._read_actions(rows.action[:, t])
-        started = time.perf_counter()
-        if self.step_record is not None:
-            self.step_record.begin(STEP)
-        observation, reward, terminated, truncated, info = self._env.step(actions)
-        if self.step_record is not None:
-            self.step_record.record_step(t, info, started, observation)
+        record = self.step_record
+        if record is None:
+            observation, reward, terminated, truncated, info = self._env.step(actions)
+        else:
+            started = record.begin(STEP)
+            observation, reward, terminated, truncated, info = self._env.step(actions)
+            record.record_step(t, info, started, observation)
         self._write_observation(rows.next_observations, t, observation)
         rows.reward[:, t, 0] = reward
         done = terminated | truncated

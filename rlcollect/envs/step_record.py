@@ -127,9 +127,11 @@ class StepRecord:
         self.last_step = -1
         self._zero_carried = False
 
-    def begin(self, phase: str, masked: bool = False) -> None:
-        """The env starts a step or a reset (of some sub-envs only, when `masked`)."""
+    def begin(self, phase: str, masked: bool = False) -> float:
+        """The env starts a step or a reset (of some sub-envs only, when `masked`); returns
+        the time it starts (perf_counter)."""
         self.phase, self.masked = phase, masked
+        return time.perf_counter()
 
     def record_reset(
         self, t: int, info: Any, selected: np.ndarray | None = None, observation: Any = None
