@@ -178,15 +178,16 @@ class StepRecord:
 
     def root_infos_at(self, t: int) -> list[dict]:
         """`root_infos[t]`, slot 0 carried over first when no step did it yet."""
-        if t == 0:
-            self._carry_over()
-        return self.root_infos[t]
+        return self._root_at("infos", t)
 
     def root_observations_at(self, t: int) -> list[Any]:
         """`root_observations[t]`, slot 0 carried over first when no step did it yet."""
+        return self._root_at("observations", t)
+
+    def _root_at(self, name: str, t: int) -> list[Any]:
         if t == 0:
             self._carry_over()
-        return self.root_observations[t]
+        return self._root[name][t]
 
     def _carry_over(self) -> None:
         """Root values of slot 0 = the last slot's, for the sub-envs no reset wrote there
