@@ -2,8 +2,8 @@
 
 The path of one update to a grandchild, file by file:
 
-1. `collectors/base.py` `update_policy_weights_` (written once for every collector) calls the
-   collector's `apply_weights`.
+1. `collectors/weight_conventions.py` `update_policy_weights_` (written once for every
+   collector) calls the collector's `apply_weights`.
 2. `weights/sender.py` (`SentWeights`): the parent checks the update against the policy's
    names, shapes and dtypes (`policy/weights.py`), detaches it and keeps a copy of what the
    children hold, so that a restarted child starts from it.
