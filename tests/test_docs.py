@@ -38,6 +38,7 @@ OPTIONAL_EXTRAS = {"mpe2", "pettingzoo", "ray"}
 SKIPPED = {
     ("guide/ray.md", "Scaling out with Ray"),
     ("guide/rllib.md", "RLlib's door: EnvRunners for RLlib's Algorithms"),
+    ("guide/rllib.md", "Picking the env backend in one line"),
 }
 
 
