@@ -163,7 +163,7 @@ class PipelineSampler(EngineLoops):
         infos = list(self.record.root_infos_at(0))
         for episode, observation, info in zip(self.episodes, observations, infos, strict=True):
             episode.add_env_reset(observation=observation, infos=info)
-        self._env_to_module(**{Columns.OBS: observations, Columns.INFOS: infos})
+        self._env_to_module(self.episodes, **{Columns.OBS: observations, Columns.INFOS: infos})
         for index in range(runner.num_envs):
             runner.episode_callback("on_episode_start", index, self.episodes)
 
@@ -191,30 +191,41 @@ class PipelineSampler(EngineLoops):
                 extra_model_outputs=extras,
             )
         self.steps += runner.num_envs
-        restarted = self._end_episodes(t + 1 if restart else None)
-        if restart and runner.module is not None:
+        step_data = {
+            Columns.OBS: observations,
+            Columns.ACTIONS: self._actions,
+            Columns.REWARDS: rewards,
+            Columns.INFOS: infos,
+            Columns.TERMINATEDS: terminateds,
+            Columns.TRUNCATEDS: truncateds,
+        }
+        ended = [index for index, episode in enumerate(self.episodes) if episode.is_done]
+        if ended:
+            # The env-to-module pipeline sees an episode's last step before the episode ends
+            # (a connector may rewrite it in place, e.g. flatten or extend the observation),
+            # as in RLlib's runner; its batch is not used: those sub-envs start anew.
             self._env_to_module(
-                **{
-                    Columns.OBS: observations,
-                    Columns.ACTIONS: self._actions,
-                    Columns.REWARDS: rewards,
-                    Columns.INFOS: infos,
-                    Columns.TERMINATEDS: terminateds,
-                    Columns.TRUNCATEDS: truncateds,
-                }
+                [self.episodes[index] for index in ended],
+                **{key: [value[index] for index in ended] for key, value in step_data.items()},
             )
+        restarted = self._end_episodes(ended, t + 1 if restart else None)
+        if not restart:
+            return
+        self._env_to_module(self.episodes, **step_data)
+        for index in range(runner.num_envs):
+            if index not in ended:
+                runner.episode_callback("on_episode_step", index, self.episodes)
         for index in restarted:
             runner.episode_callback("on_episode_start", index, self.episodes)
 
-    def _end_episodes(self, reset_slot: int | None) -> list[int]:
-        """Step / end callbacks; each ended episode is finished (while more are wanted) and a
-        new one starts from its sub-env's reset at `reset_slot`. Returns the restarted ones."""
+    def _end_episodes(self, ended: list[int], reset_slot: int | None) -> list[int]:
+        """The `ended` episodes end (step and end callbacks; finished while more are wanted);
+        a new one starts in each sub-env from its reset at `reset_slot`. Returns the restarted
+        sub-envs."""
         runner, restarted = self._runner, []
-        for index in range(runner.num_envs):
-            runner.episode_callback("on_episode_step", index, self.episodes)
+        for index in ended:
             episode = self.episodes[index]
-            if not episode.is_done:
-                continue
+            runner.episode_callback("on_episode_step", index, self.episodes)
             runner.episode_callback("on_episode_end", index, self.episodes)
             if not self._enough():
                 self.finished.append(episode.to_numpy() if runner.episodes_to_numpy else episode)
@@ -241,14 +252,14 @@ class PipelineSampler(EngineLoops):
         runner.episode_callback("on_episode_created", index, self.episodes)
         return episode
 
-    def _env_to_module(self, **data: Any) -> None:
-        """Run the env-to-module pipeline on the episodes; its batch feeds the next forward."""
+    def _env_to_module(self, episodes: list[SingleAgentEpisode], **data: Any) -> None:
+        """Run the env-to-module pipeline on `episodes`; its batch feeds the next forward."""
         runner = self._runner
         if runner.module is None:
             return
         self._to_module = runner._env_to_module(
             rl_module=runner.module,
-            episodes=self.episodes,
+            episodes=episodes,
             batch={},
             explore=self._explore,
             shared_data=self._shared_data,

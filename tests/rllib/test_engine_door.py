@@ -138,7 +138,9 @@ def test_only_the_engines_env_steps_and_resets_the_vector_env(runner_cls):
     batches = runner._sampler.batches
     runner.stop()
     assert callers == {"rlcollect.envs.gym_vector"}
-    assert batches >= 3
+    # The steps samples' batches at least (an episodes sample's last batch may stop early,
+    # once enough episodes finished, and is not counted).
+    assert batches >= 2
 
 
 class CountingInfoEnv(gym.Env):
