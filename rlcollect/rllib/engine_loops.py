@@ -23,6 +23,10 @@ from rlcollect.envs.step_record import RESET, STEP, StepRecord
 
 logger = logging.getLogger(__name__)
 
+# Steps per batch while sampling whole episodes (batches run until enough episodes finished;
+# the steps past the last one needed are not counted, as RLlib's runner stops there).
+EPISODE_BATCH_STEPS = 32
+
 
 class EngineLoops:
     """The engine's loops over the host's engine env, rebuilt with it.

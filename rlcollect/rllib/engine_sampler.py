@@ -14,13 +14,9 @@ from tensordict.nn import TensorDictModule
 from rlcollect import keys
 from rlcollect.collectors.rollout import RolloutLoop
 from rlcollect.rllib.batch_episodes import BatchReader, Piece, join
-from rlcollect.rllib.engine_loops import EngineLoops
+from rlcollect.rllib.engine_loops import EPISODE_BATCH_STEPS, EngineLoops
 from rlcollect.rllib.episode_chunks import build_chunk
 from rlcollect.rllib.module_forward import RLModuleForward, RLModulePolicy
-
-# Steps per batch while sampling whole episodes (batches run until enough episodes finished;
-# the steps past the last one needed are not counted, as RLlib's runner stops there).
-EPISODE_BATCH_STEPS = 32
 
 
 class EngineSampler(EngineLoops):

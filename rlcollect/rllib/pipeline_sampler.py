@@ -18,7 +18,7 @@ from torch import nn
 
 from rlcollect import keys
 from rlcollect.collectors.rollout import BatchAbandonedError
-from rlcollect.rllib.engine_loops import EngineLoops
+from rlcollect.rllib.engine_loops import EPISODE_BATCH_STEPS, EngineLoops
 
 
 class PipelineStep(nn.Module):
@@ -106,7 +106,7 @@ class PipelineSampler(EngineLoops):
                 self.steps = 0
             return self.finished, self._cut_ongoing(), self.steps
         while len(self.finished) < num_episodes:
-            if not self._batch(32):
+            if not self._batch(EPISODE_BATCH_STEPS):
                 self.steps = 0
         return self.finished, [], self.steps
 

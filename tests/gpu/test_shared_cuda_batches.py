@@ -73,7 +73,12 @@ def test_batches_stored_on_the_device_by_workers_arrive_whole(
         frames_per_batch=ENVS * STEPS * (2 if collector_class is MultiSyncCollector else 1),
         storing_device=device,
     ) as collector:
-        for _ in range(BATCHES):
+        # At least BATCHES batches, and until each worker has handed in two: an asynchronous
+        # collector yields whichever is ready, and a worker slow to start on a loaded machine
+        # may hand in none of the first few (bounded, so a worker that never does fails).
+        for gathered in range(BATCHES * 10):
+            if gathered >= BATCHES and min(map(len, first_steps.values())) >= 2:
+                break
             for batch in worker_batches(collector.next(), collector_class):
                 assert batch["observation"].device.type == device
                 observation = batch["observation"][..., 0].cpu()
