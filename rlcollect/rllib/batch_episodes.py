@@ -104,7 +104,7 @@ class BatchReader:
 
     def ends(self, completed: int) -> np.ndarray:
         """`[num_envs, completed]`: where an episode ended, in the first `completed` steps."""
-        return (self.terminated[:, :completed] | self.truncated[:, :completed]).astype(bool)
+        return self.terminated[:, :completed] | self.truncated[:, :completed]
 
     def piece(self, index: int, first: int, last: int) -> Piece:
         """Sub-env `index`'s steps `first..last` (inclusive), copied."""

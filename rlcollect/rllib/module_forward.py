@@ -238,6 +238,7 @@ class RLModulePolicy(nn.Module):
         self.extra_names = sorted(extras)
         # RLlib's dtype of each column, per explore mode (seen at the mode's first forward).
         self._dtypes: dict[bool, dict[str, np.dtype]] = {}
+        self._integer_extras: dict[bool, list[int]] = {}
 
     @property
     def out_keys(self) -> list[Any]:
@@ -254,20 +255,27 @@ class RLModulePolicy(nn.Module):
         """RLlib's dtype of its actions and of each extra output, in the current explore mode."""
         return self._dtypes[self.explore]
 
+    def _learn_dtypes(self, outputs: list[np.ndarray]) -> None:
+        """The current mode's column dtypes, and which extra outputs are integers, from its
+        first forward's `outputs` (the env's action, RLlib's action, the extras)."""
+        names = (ACTIONS, *self.extra_names)
+        self._dtypes[self.explore] = {
+            name: value.dtype for name, value in zip(names, outputs[1:], strict=True)
+        }
+        self._integer_extras[self.explore] = [
+            index for index in range(2, len(outputs)) if outputs[index].dtype.kind in "biu"
+        ]
+
     def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t = self._timestep(self._calls * self._steps_per_call)
         self._calls += 1
         actions, actions_for_env, extras = self._rl_forward(observation, explore=self.explore, t=t)
         outputs = [actions_for_env, actions, *[extras[name] for name in self.extra_names]]
         if self.explore not in self._dtypes:
-            names = (ACTIONS, *self.extra_names)
-            self._dtypes[self.explore] = {
-                name: value.dtype for name, value in zip(names, outputs[1:], strict=True)
-            }
+            self._learn_dtypes(outputs)
         # An extra output's carrier slot is made by the first forward, of either mode; a
         # column that is integer in one mode (the log-probability of a deterministic action)
         # and float in the other must fit one slot: integers travel as float64, exactly.
-        for index in range(2, len(outputs)):
-            if outputs[index].dtype.kind in "biu":
-                outputs[index] = outputs[index].astype(np.float64)
+        for index in self._integer_extras[self.explore]:
+            outputs[index] = outputs[index].astype(np.float64)
         return tuple(torch.from_numpy(np.ascontiguousarray(value)) for value in outputs)
