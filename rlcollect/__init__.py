@@ -10,13 +10,18 @@ from rlcollect.collectors import (
     AsyncBatchedCollector,
     AsyncCollector,
     Collector,
+    DataCollectorBase,
     Evaluator,
     MultiAsyncCollector,
+    MultiaSyncDataCollector,
     MultiCollector,
     MultiSyncCollector,
+    MultiSyncDataCollector,
     PolicyMap,
     RayCollector,
+    SyncDataCollector,
     ViewRequirement,
+    aSyncDataCollector,
 )
 from rlcollect.envs import (
     EnvBase,
@@ -25,6 +30,7 @@ from rlcollect.envs import (
     ParallelEnv,
     SerialEnv,
 )
+from rlcollect.patch import patch_torchrl, unpatch_torchrl
 from rlcollect.replay import (
     LazyMemmapStorage,
     LazyTensorStorage,
@@ -60,6 +66,7 @@ __all__ = [
     "CatFrames",
     "Collector",
     "Compose",
+    "DataCollectorBase",
     "DoubleToFloat",
     "EnvBase",
     "Episode",
@@ -76,6 +83,8 @@ __all__ = [
     "MultiCollector",
     "MultiStep",
     "MultiSyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
     "ObservationNorm",
     "ParallelEnv",
     "PolicyMap",
@@ -91,11 +100,15 @@ __all__ = [
     "SerialEnv",
     "SliceSampler",
     "StepCounter",
+    "SyncDataCollector",
     "TransformedEnv",
     "ViewRequirement",
+    "aSyncDataCollector",
     "compact_batch",
+    "patch_torchrl",
     "split_trajectories",
     "transition_view",
+    "unpatch_torchrl",
 ]
 __version__ = "0.1.0"
 

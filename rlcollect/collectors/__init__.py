@@ -9,6 +9,13 @@ The Ray classes import Ray only when built, so this package imports without the 
 
 from rlcollect.collectors.batched.collector import AsyncBatchedCollector
 from rlcollect.collectors.evaluation.evaluator import Evaluator
+from rlcollect.collectors.legacy_names import (
+    DataCollectorBase,
+    MultiaSyncDataCollector,
+    MultiSyncDataCollector,
+    SyncDataCollector,
+    aSyncDataCollector,
+)
 from rlcollect.collectors.multiprocess.async_collector import MultiAsyncCollector
 from rlcollect.collectors.multiprocess.front_door import AsyncCollector, MultiCollector
 from rlcollect.collectors.multiprocess.sync_collector import MultiSyncCollector
@@ -31,16 +38,21 @@ __all__ = [
     "AsyncBatchedCollector",
     "AsyncCollector",
     "Collector",
+    "DataCollectorBase",
     "Evaluator",
     "MultiAsyncCollector",
     "MultiCollector",
     "MultiProcessWeightSyncScheme",
     "MultiSyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
     "NoWeightSyncScheme",
     "PolicyMap",
     "RayCollector",
     "RayWeightSyncScheme",
     "SharedMemWeightSyncScheme",
+    "SyncDataCollector",
     "ViewRequirement",
     "WeightSyncScheme",
+    "aSyncDataCollector",
 ]
