@@ -3,21 +3,23 @@ inside, RLlib's episodes, module, connectors and state outside. Needs the `rllib
 
 In: RLlib's config (env, vectorize mode, counts, module spec, connectors, callbacks, fault
 tolerance) and `sample()` / `get_state()` / `set_state()` calls. Out: RLlib's episode chunks,
-metrics and state. File by file, for the single-agent runner:
+metrics and state. File by file:
 
-1. `single_agent.py` / `runner_base.py`: RLlib's EnvRunner contract (counts, explore, state,
-   callbacks, metrics, checkpoints).
-2. `env_backends.py` (with `env_building.py`): the engine env the config asks for
-   (`GymVectorEnv` over RLlib's vector env by default, `EnvPoolEnv`, `ParallelEnv`).
+1. `single_agent.py` / `multi_agent.py` / `runner_base.py`: RLlib's EnvRunner contract (counts,
+   explore, state, callbacks, metrics, checkpoints).
+2. `env_backends.py` (with `env_building.py`): the single-agent engine env the config asks for
+   (`GymVectorEnv` over RLlib's vector env by default, `EnvPoolEnv`, `ParallelEnv`);
+   `multi_agent.py` builds RLlib's vector of `MultiAgentEnv`s and the engine's
+   `DictAgentsEnv` over its sub-envs.
 3. `engine_loops.py`: the engine's `RolloutLoop` over that env, one per batch length, and
-   RLlib's fault tolerance around it; no env is stepped anywhere else in this package's
-   single-agent path.
-4. `module_forward.py` (the batched step: the RLModule as the loop's policy step, read back by
-   `engine_sampler.py`, `batch_episodes.py`, `episode_chunks.py`) or `pipeline_sampler.py`
-   (RLlib's connectors and callbacks on live episodes, as the loop's policy step).
+   RLlib's fault tolerance around it; no env is stepped anywhere else in this package.
+4. The loop's policy step: `module_forward.py` (the batched step: the RLModule on the
+   carrier's tensors, read back by `engine_sampler.py`, `batch_episodes.py`,
+   `episode_chunks.py`), or `pipeline_sampler.py` (RLlib's connectors and callbacks on live
+   `SingleAgentEpisode`s) and `multi_agent_sampler.py` (the same on live `MultiAgentEpisode`s,
+   the agent dicts read from the env's step record).
 
-The multi-agent runner (`multi_agent*.py`) still steps RLlib's multi-agent env in its own
-loop. Nothing of the engine imports this package (an import contract in pyproject.toml).
+Nothing of the engine imports this package (an import contract in pyproject.toml).
 """
 
 from rlcollect.rllib.env_backends import EnvPoolBackend, GymVectorBackend, ParallelEnvBackend

@@ -1,4 +1,4 @@
-"""`MultiAgentEnvRunner`: RLlib's multi-agent EnvRunner contract, sampled by our loop."""
+"""`MultiAgentEnvRunner`: RLlib's multi-agent EnvRunner contract, sampled by the engine's loop."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ray.rllib.env.vector.registration import make_vec
 from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
+from rlcollect.envs.dict_agents import DictAgentsEnv
 from rlcollect.rllib.env_building import env_context
 from rlcollect.rllib.multi_agent_metrics import MultiAgentEpisodeTally, log_multi_agent_sampled
 from rlcollect.rllib.multi_agent_sampler import MultiAgentSampler
@@ -27,12 +28,14 @@ LOCAL_MULTI_AGENT_ENV_ID = "rllib-multi-agent-env-v0"
 
 
 class MultiAgentEnvRunner(RunnerBase):
-    """An RLlib EnvRunner for multi-agent configs whose sampling loop is ours: give it to an
-    Algorithm with `config.env_runners(env_runner_cls=MultiAgentEnvRunner)`.
+    """An RLlib EnvRunner for multi-agent configs that samples through the engine's loop: give
+    it to an Algorithm with `config.env_runners(env_runner_cls=MultiAgentEnvRunner)`.
 
     The env (a vector of the config's `MultiAgentEnv`), the `MultiRLModule`, the connector
-    pipelines and the `MultiAgentEpisode` chunks are RLlib's; each step runs through RLlib's
-    pipelines on live episodes, with RLlib's semantics (`count_steps_by` env or agent steps).
+    pipelines and the `MultiAgentEpisode` chunks are RLlib's. The engine's `RolloutLoop`
+    steps the sub-envs (a `DictAgentsEnv` over RLlib's vector env); each step runs through
+    RLlib's pipelines on live episodes as the loop's policy step, with RLlib's semantics
+    (`count_steps_by` env or agent steps).
 
     Args:
         config: the Algorithm's (multi-agent) config.
@@ -69,7 +72,7 @@ class MultiAgentEnvRunner(RunnerBase):
                 "rlcollect.rllib.SingleAgentEnvRunner."
             )
         self._tally = MultiAgentEpisodeTally()
-        self._sampler = MultiAgentSampler(self)
+        self._sampler: MultiAgentSampler | None = None
         if self._builds_env():
             self.make_env()
         self._env_to_module = self.config.build_env_to_module_connector(
@@ -107,8 +110,14 @@ class MultiAgentEnvRunner(RunnerBase):
         if not self.config.disable_env_checking:
             for sub_env in self.env.envs:
                 check_multiagent_environments(sub_env.unwrapped)
+        # The engine steps and resets the sub-envs itself (RLlib sees the vector env).
+        self.engine_env = DictAgentsEnv(self.env, max_agents=self._max_agents())
         self._needs_initial_reset = True
         self._announce_env(context)
+
+    def _max_agents(self) -> int:
+        """The most agents acting in one step of a sub-env: all the possible ones."""
+        return max(len(self.env.envs[0].unwrapped.possible_agents), 1)
 
     def make_module(self) -> None:
         """Build the config's MultiRLModule (inference only) on the runner's device."""
@@ -135,6 +144,8 @@ class MultiAgentEnvRunner(RunnerBase):
         random_actions: bool,
         force_reset: bool,
     ) -> list[MultiAgentEpisode]:
+        if self._sampler is None:
+            self._sampler = MultiAgentSampler(self)
         sampler = self._sampler
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             seed = self._seed if self._needs_initial_reset else None

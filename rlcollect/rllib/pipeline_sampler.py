@@ -1,7 +1,9 @@
 """The general path on the engine: RLlib's connector pipelines, module and episode callbacks run
 on live episodes as the policy step of the engine's `RolloutLoop`, for configs the batched step
 does not cover (a user's connectors, recurrent modules, episode callbacks, structured
-observations). The loop steps the env; this module only keeps RLlib's episodes beside it."""
+observations). The loop steps the env; this module only keeps RLlib's episodes beside it.
+`PipelineSampler` serves single-agent episodes; `MultiAgentSampler` (`multi_agent_sampler.py`)
+is the same sampler with multi-agent episodes and the env's agent dicts."""
 
 from __future__ import annotations
 
@@ -95,20 +97,28 @@ class PipelineSampler(EngineLoops):
         """`(finished episodes, ongoing chunks, env steps)`: `ceil(num_timesteps / num_envs)`
         steps of every sub-env, or the first `num_episodes` episodes to finish (then no
         ongoing chunk)."""
-        num_envs = self._runner.num_envs
         self._explore, self._random, self._timestep = explore, random_actions, t
         self._seq_no, self._limit = weights_seq_no, num_episodes
-        self.finished: list[SingleAgentEpisode] = []
-        self.steps = 0
+        self.finished: list[Any] = []
+        self._restart_count()
         if num_timesteps is not None:
-            steps_per_env = -(-num_timesteps // num_envs)
-            while not self._batch(steps_per_env):  # the env failed and was rebuilt
-                self.steps = 0
+            while (steps := self._steps_to_go(num_timesteps)) > 0:
+                if not self._batch(steps):  # the env failed and was rebuilt
+                    self._restart_count()
             return self.finished, self._cut_ongoing(), self.steps
         while len(self.finished) < num_episodes:
             if not self._batch(EPISODE_BATCH_STEPS):
-                self.steps = 0
+                self._restart_count()
         return self.finished, [], self.steps
+
+    def _restart_count(self) -> None:
+        """Count from zero (a sample's start, or after the env was rebuilt)."""
+        self.steps = 0
+
+    def _steps_to_go(self, num_timesteps: int) -> int:
+        """Steps per sub-env of the next batch (0: the sample is complete). Each step of the
+        loop is one env step of every sub-env (the engine resets ended ones at once)."""
+        return max(0, -(-(num_timesteps - self.steps) // self._runner.num_envs))
 
     def _batch(self, steps: int) -> bool:
         """One batch through the engine's loop; False when the env failed and was rebuilt
@@ -144,13 +154,23 @@ class PipelineSampler(EngineLoops):
         elif not self.episodes:
             self._start_all(carrier)
         if self._random:
-            self._to_env = {Columns.ACTIONS: self._runner.env.action_space.sample()}
+            to_env = self._random_to_env()
         else:
-            self._to_env = self._forward_to_env(self._timestep(self.steps))
-        actions = self._to_env.pop(Columns.ACTIONS)
+            to_env = self._forward_to_env(self._timestep(self.steps))
+        return self._hand_to_env(to_env)
+
+    def _random_to_env(self) -> dict[str, Any]:
+        """Random actions (from the vector env's action space, as RLlib's runner draws them)."""
+        return {Columns.ACTIONS: self._runner.env.action_space.sample()}
+
+    def _hand_to_env(self, to_env: dict[str, Any]) -> torch.Tensor:
+        """Keep the module's actions and outputs for the episodes; the env's actions as the
+        carrier's action tensor."""
+        actions = to_env.pop(Columns.ACTIONS)
         self._actions = unbatch(actions)
-        to_env = self._to_env.pop(Columns.ACTIONS_FOR_ENV, actions)
-        return torch.as_tensor(np.stack([np.asarray(action) for action in unbatch(to_env)]))
+        env_actions = to_env.pop(Columns.ACTIONS_FOR_ENV, actions)
+        self._to_env = to_env
+        return torch.as_tensor(np.stack([np.asarray(action) for action in unbatch(env_actions)]))
 
     # --- the episodes beside the carrier -------------------------------------------------------
 
@@ -163,7 +183,7 @@ class PipelineSampler(EngineLoops):
         infos = list(self.record.root_infos_at(0))
         for episode, observation, info in zip(self.episodes, observations, infos, strict=True):
             episode.add_env_reset(observation=observation, infos=info)
-        self._env_to_module(self.episodes, **{Columns.OBS: observations, Columns.INFOS: infos})
+        self._env_to_module(self.episodes, {Columns.OBS: observations, Columns.INFOS: infos})
         for index in range(runner.num_envs):
             runner.episode_callback("on_episode_start", index, self.episodes)
 
@@ -206,12 +226,12 @@ class PipelineSampler(EngineLoops):
             # as in RLlib's runner; its batch is not used: those sub-envs start anew.
             self._env_to_module(
                 [self.episodes[index] for index in ended],
-                **{key: [value[index] for index in ended] for key, value in step_data.items()},
+                {key: [value[index] for index in ended] for key, value in step_data.items()},
             )
         restarted = self._end_episodes(ended, t + 1 if restart else None)
         if not restart:
             return
-        self._env_to_module(self.episodes, **step_data)
+        self._env_to_module(self.episodes, step_data)
         for index in range(runner.num_envs):
             if index not in ended:
                 runner.episode_callback("on_episode_step", index, self.episodes)
@@ -252,8 +272,9 @@ class PipelineSampler(EngineLoops):
         runner.episode_callback("on_episode_created", index, self.episodes)
         return episode
 
-    def _env_to_module(self, episodes: list[SingleAgentEpisode], **data: Any) -> None:
-        """Run the env-to-module pipeline on `episodes`; its batch feeds the next forward."""
+    def _env_to_module(self, episodes: list[Any], data: dict[str, Any], timed: bool = True) -> None:
+        """Run the env-to-module pipeline on `episodes` (its batch feeds the next forward); not
+        `timed`: without the runner's metrics (a pass over the episodes just finished)."""
         runner = self._runner
         if runner.module is None:
             return
@@ -263,7 +284,7 @@ class PipelineSampler(EngineLoops):
             batch={},
             explore=self._explore,
             shared_data=self._shared_data,
-            metrics=runner.metrics,
+            metrics=runner.metrics if timed else None,
             metrics_prefix_key=(ENV_TO_MODULE_CONNECTOR,),
             **data,
         )

@@ -1,4 +1,5 @@
-"""What both of our EnvRunners share: RLlib's `sample()` front door, state, fault tolerance."""
+"""What both of our EnvRunners share: RLlib's `sample()` front door, callbacks, state (the
+engine's loops and RLlib's fault tolerance around them are `engine_loops.py`'s)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from ray.rllib.core import (
     COMPONENT_MODULE_TO_ENV_CONNECTOR,
     COMPONENT_RL_MODULE,
 )
-from ray.rllib.env.env_errors import StepFailedRecreateEnvError
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils import force_list
 from ray.rllib.utils.checkpoints import Checkpointable
@@ -39,7 +39,7 @@ class SampleArgumentError(ValueError, AssertionError):
 class RunnerBase(EnvRunner, Checkpointable):
     """RLlib's EnvRunner contract around a subclass's `_sample()`: the counts the config
     implies, explore, the state server, `on_sample_end`, connector and module state (weights
-    only when newer, by `WEIGHTS_SEQ_NO`), `env.step()` failures, checkpoints.
+    only when newer, by `WEIGHTS_SEQ_NO`), episode callbacks, checkpoints.
 
     Subclasses build the env and module (`make_env`, `make_module`) and sample (`_sample`).
     """
@@ -197,32 +197,7 @@ class RunnerBase(EnvRunner, Checkpointable):
         for chunk in ongoing:
             self._earlier_chunks.setdefault(chunk.id_, []).append(chunk)
 
-    # --- the env, with RLlib's fault tolerance ------------------------------------------------
-
-    def try_env_step(self, actions: Any) -> tuple | None:
-        """`env.step(actions)`, timed; None when it failed and the env was rebuilt (the caller
-        starts every episode again), an error naming the fix when it failed otherwise. As in
-        RLlib, a rebuild is logged with the env's traceback unless the env raised RLlib's
-        `StepFailedRecreateEnvError` (an env's way to ask for a quiet rebuild)."""
-        started = time.perf_counter()
-        try:
-            results = self.env.step(actions)
-        except Exception as err:
-            self.metrics.log_value("num_env_step_failures", 1, reduce="lifetime_sum")
-            if not self.config.restart_failed_sub_environments:
-                raise RuntimeError(
-                    f"env.step() failed in {type(self).__name__} (worker_index="
-                    f"{self.worker_index}): {err!r}. To rebuild the env and go on instead, set "
-                    "config.fault_tolerance(restart_failed_sub_environments=True)."
-                ) from err
-            if not isinstance(err, StepFailedRecreateEnvError):  # that one asks for quiet
-                logger.exception("env.step() failed; rebuilding the env, resetting every sub-env")
-            self.make_env()
-            self._needs_initial_reset = False  # the caller resets every sub-env at once
-            return None
-        self._env_step_seconds += time.perf_counter() - started
-        self._env_steps_tried += 1
-        return results
+    # --- callbacks -------------------------------------------------------------------------------
 
     def episode_callback(self, which: str, index: int, episodes: list[Any]) -> None:
         """Make the `which` episode callback for sub-env `index` (on live episodes)."""

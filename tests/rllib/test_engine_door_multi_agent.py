@@ -1,0 +1,132 @@
+"""RLlib's multi-agent door on the engine: an Algorithm's `MultiAgentEnvRunner` (local, and a
+remote Ray actor) samples through the engine's `RolloutLoop` over a `DictAgentsEnv`; only that
+engine env steps and resets the config's `MultiAgentEnv`s (RLlib's vector env is never
+stepped)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+pytest.importorskip(
+    "ray.rllib",
+    reason="RLlib is not importable: install the rllib extra (pip install 'rlcollect[rllib]')",
+    exc_type=ImportError,
+)
+
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+from rlcollect.collectors.rollout import RolloutLoop
+from rlcollect.rllib import MultiAgentEnvRunner
+
+TIMEOUT = 420
+
+
+def policy_of(agent_id: int, *args: object, **kwargs: object) -> str:
+    return f"p{agent_id}"
+
+
+def two_agent_config() -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment(MultiAgentCartPole, env_config={"num_agents": 2})
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=policy_of)
+    )
+
+
+def engine_facts(runner: MultiAgentEnvRunner) -> dict:
+    """What samples in `runner`: the sampler, the engine env and loop, the batches collected."""
+    sampler = runner._sampler
+    loop = sampler._current
+    return {
+        "sampler": type(sampler).__name__,
+        "env": type(sampler.env).__name__,
+        "loop": f"{type(loop).__module__}.{type(loop).__name__}",
+        "batches": sampler.batches,
+    }
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.usefixtures("no_leftover_children")
+@pytest.mark.parametrize("num_env_runners", [0, 1], ids=["local", "remote"])
+def test_an_algorithms_multi_agent_runner_samples_through_the_engines_rollout_loop(
+    num_env_runners, monkeypatch
+):
+    collected = []
+    original = RolloutLoop.collect
+
+    def counting_collect(self, *args, **kwargs):
+        collected.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RolloutLoop, "collect", counting_collect)
+    algo = (
+        two_agent_config()
+        .env_runners(
+            env_runner_cls=MultiAgentEnvRunner,
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=2,
+        )
+        .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)
+        .build_algo()
+    )
+    try:
+        algo.train()
+        facts = algo.env_runner_group.foreach_env_runner(
+            engine_facts, local_env_runner=num_env_runners == 0
+        )
+    finally:
+        algo.stop()
+    assert len(facts) == 1
+    assert facts[0]["sampler"] == "MultiAgentSampler"
+    assert facts[0]["env"] == "DictAgentsEnv"
+    assert facts[0]["loop"] == "rlcollect.collectors.rollout.RolloutLoop"
+    assert facts[0]["batches"] >= 1
+    # Locally, the loop's own collect() ran in this process, once per batch.
+    assert len(collected) == (facts[0]["batches"] if num_env_runners == 0 else 0)
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("count_steps_by", ["env_steps", "agent_steps"])
+def test_only_the_engines_env_steps_and_resets_the_multi_agent_envs(count_steps_by):
+    config = (
+        two_agent_config()
+        .env_runners(num_envs_per_env_runner=2)
+        .multi_agent(count_steps_by=count_steps_by)
+    )
+    runner = MultiAgentEnvRunner(config=config, worker_index=1)
+    callers = set()
+
+    def record_callers(target: object, names: tuple[str, ...]) -> None:
+        for name in names:
+            method = getattr(target, name)
+
+            def recording(*args, _method=method, **kwargs):
+                callers.add(inspect.getmodule(inspect.stack()[1].frame).__name__)
+                return _method(*args, **kwargs)
+
+            setattr(target, name, recording)
+
+    record_callers(runner.env, ("step", "reset"))
+    for sub_env in runner.env.envs:
+        record_callers(sub_env, ("step", "reset"))
+    counted = []
+    for n in (1, 37, 100):
+        episodes = runner.sample(num_timesteps=n)
+        counted.append(sum(getattr(episode, count_steps_by)() for episode in episodes))
+    finished = runner.sample(num_episodes=3)
+    randomly = runner.sample(num_timesteps=10, random_actions=True)
+    batches = runner._sampler.batches
+    runner.stop()
+    assert callers == {"rlcollect.envs.dict_agents"}
+    # As RLlib's runner: the step that reaches the count is the last (a step of the 2 sub-envs
+    # adds 2 env steps, or up to 4 agent steps).
+    most = 2 if count_steps_by == "env_steps" else 4
+    for n, got in zip((1, 37, 100), counted, strict=True):
+        assert n <= got < n + most
+    assert len(finished) == 3
+    assert all(episode.is_done for episode in finished)
+    assert sum(getattr(episode, count_steps_by)() for episode in randomly) >= 10
+    assert batches >= 4
