@@ -19,8 +19,17 @@ PTH_NAME = "rlcollect-patch.pth"
 
 
 def child_variables(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
-    """The variables a child interpreter needs to patch itself at start: the switch, and our
-    `sitecustomize` folder first on `PYTHONPATH` (the rest of it kept)."""
+    """The variables an interpreter needs to patch itself at start: the switch, and our
+    `sitecustomize` folder first on `PYTHONPATH` (the rest of `environ`'s kept). For the
+    workers of a Ray cluster already running: `ray.init(runtime_env={"env_vars": ...})`.
+
+    Examples:
+        >>> from rlcollect.patch import environment_variables
+        >>> sorted(environment_variables({"PYTHONPATH": "/mine"}))
+        ['PYTHONPATH', 'RLCOLLECT_PATCH_TORCHRL']
+        >>> environment_variables({"PYTHONPATH": "/mine"})["PYTHONPATH"].endswith(":/mine")
+        True
+    """
     entries = [entry for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     folder = str(PYTHONPATH_FOLDER)
     return {

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "patch_scripts"
 PYTHON = sys.executable
 BUILT = re.compile(r"rlcollect\.patch: pid (\d+) built (\S+)")
+TORCHRL_COLLECTOR = "torchrl.collectors._single"
+OUR_COLLECTOR = "rlcollect.collectors.single.collector"
 # TorchRL's own names before any test patches (the module is imported unpatched).
 TORCHRL_OBJECTS = {
     module.__name__: dict(vars(module))
@@ -161,6 +163,27 @@ def test_launcher_runs_torchrls_ppo_trainer_config_on_our_collectors() -> None:
     assert all(name.startswith("rlcollect.") for _, name in built)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("route", ["launcher", "runtime_env"])
+def test_a_ray_actor_resolves_torchrls_names_to_ours(route: str) -> None:
+    """A cluster the patched driver starts inherits its variables; a job unpatched itself
+    hands them to its workers in its `runtime_env` (`rlcollect.patch.environment_variables`)."""
+    pytest.importorskip("ray")
+    from tests.ray_session import SUBPROCESS_ENV
+
+    script = str(SCRIPTS / "ray_actor.py")
+    command = (
+        [PYTHON, "-m", "rlcollect.patch", script]
+        if route == "launcher"
+        else [PYTHON, script, "--runtime-env"]
+    )
+    found = last_json(run(command, timeout=400, **SUBPROCESS_ENV).stdout)
+    assert found["Collector"] == OUR_COLLECTOR
+    assert found["pid"] != found["driver_pid"]
+    assert not found["driver_imported_torchrl_collectors"]  # the actor patched itself
+
+
 # --- RLCOLLECT_PATCH_TORCHRL=1 at interpreter start ---------------------------------------------
 
 PROBE = """
@@ -169,8 +192,6 @@ at_start = {name: name in sys.modules for name in ("rlcollect", "torch", "torchr
 import torchrl.collectors
 print(json.dumps({**at_start, "Collector": torchrl.collectors.Collector.__module__}))
 """
-TORCHRL_COLLECTOR = "torchrl.collectors._single"
-OUR_COLLECTOR = "rlcollect.collectors.single.collector"
 NOTHING_IMPORTED = {"rlcollect": False, "torch": False, "torchrl": False}
 
 
