@@ -50,7 +50,7 @@ class ConstructionLog:
         self._saved = [(cls, cls.__dict__.get("__init__")) for cls in logged]
         # Each wrapper calls the `__init__` its class had before any was wrapped (its own or a
         # parent's), never a parent's wrapper: one line per construction.
-        before = {cls: cls.__init__ for cls in logged}
+        before = {cls: getattr(cls, "__init__") for cls in logged}  # noqa: B009  # mypy: not cls.__init__
         for cls in logged:
             cls.__init__ = _logging_init(cls, before[cls], logged)  # type: ignore[misc]
 
