@@ -20,6 +20,7 @@ from rlcollect.collectors.policy.resolve import (
     policy_grad_mode,
     probe_outputs,
     resolve_policy,
+    why_probe_failed,
 )
 from rlcollect.collectors.policy.steps import (
     DictStep,
@@ -33,10 +34,20 @@ NestedKey = str | tuple[str, ...]
 
 
 def _parameter_devices(module: Any) -> set[torch.device]:
+    """The devices of the module's parameters and buffers that hold data: a meta tensor holds
+    none (BenchMARL's recurrent models run a weightless meta twin of their network with the
+    weights they keep elsewhere), so it needs no moving, as in TorchRL's collector."""
     if not isinstance(module, nn.Module):
         return set()
     tensors = [*module.parameters(), *module.buffers()]
-    return {tensor.device for tensor in tensors}
+    return {tensor.device for tensor in tensors if not tensor.is_meta}
+
+
+def _moved_copy(module: nn.Module, device: torch.device) -> nn.Module:
+    """A deep copy of `module` with its tensors on `device`; meta tensors stay on the meta
+    device (`module.to(device)` would fail on them: they have no data to copy)."""
+    copied = copy.deepcopy(module)
+    return copied._apply(lambda tensor: tensor if tensor.is_meta else tensor.to(device))
 
 
 def _holds_tensors(carrier: TensorDictBase, module: Any) -> bool:
@@ -55,6 +66,13 @@ def _weight_names(weights: Any) -> set[str]:
     if isinstance(weights, Mapping):
         return set(weights)
     return set()
+
+
+def _with_meta_entries(state: Mapping[str, Any], target: nn.Module) -> dict[str, Any]:
+    """`state` with `target`'s meta-device entries added where it lacks them, so that a
+    strict load accepts weights sent without them (they hold no data to load)."""
+    own_meta = {name: t for name, t in target.state_dict().items() if t.is_meta}
+    return {**own_meta, **state}
 
 
 class PolicyHolder:
@@ -84,7 +102,7 @@ class PolicyHolder:
         devices = _parameter_devices(resolved)
         if devices and devices != {device}:
             self._source = resolved
-            resolved = copy.deepcopy(resolved).to(device)
+            resolved = _moved_copy(resolved, device)
         self.module = resolved
         self.acceleration = acceleration or PolicyAcceleration()
         # What to raise at the first step when the probe call wrote no action (see step_on).
@@ -154,13 +172,16 @@ class PolicyHolder:
 
     @torch.no_grad()
     def _load(self, weights: Any, module: Any) -> None:
+        """Load `weights` into `module` in place. Meta-device entries hold no data: the
+        target keeps its own (weights checked before sending come without them)."""
         target = self._target_for(weights, module)
         if isinstance(weights, TensorDictBase):
-            TensorDict.from_module(target).update_(weights.to(self.device))
+            meta = [key for key, tensor in weights.items(True, True) if tensor.is_meta]
+            TensorDict.from_module(target).update_(weights.exclude(*meta).to(self.device))
         elif isinstance(weights, nn.Module):
-            target.load_state_dict(weights.state_dict())
+            target.load_state_dict(_with_meta_entries(weights.state_dict(), target))
         elif isinstance(weights, Mapping):
-            target.load_state_dict(dict(weights))
+            target.load_state_dict(_with_meta_entries(weights, target))
         else:
             raise TypeError(
                 "update_policy_weights_ takes None, an nn.Module, a state dict or a "
@@ -192,7 +213,13 @@ class PolicyHolder:
         if self.reads_without_device:
             root.clear_device_()
         self.name_extra_outputs(root)
-        outputs, self.missing_action = probe_outputs(self.module, root, action_keys)
+        try:
+            outputs, self.missing_action = probe_outputs(self.module, root, action_keys)
+        except Exception as error:
+            problem = why_probe_failed(self.module, error)
+            if problem is None:
+                raise
+            raise ValueError(f"the policy cannot run: {problem}") from error
         output_keys = list(outputs.keys(include_nested=True, leaves_only=True))
         # The env's rewards and done flags live under "next" only (TorchRL's step_mdp leaves
         # them there): a policy that writes them (TorchRL's `env.rand_step` as a policy does)

@@ -227,6 +227,39 @@ def has_lazy_parameters(policy: Any) -> bool:
     return any(nn.parameter.is_lazy(parameter) for parameter in parameters)
 
 
+def _named_tensors(policy: Any) -> list[tuple[str, torch.Tensor]]:
+    if not isinstance(policy, nn.Module):
+        return []
+    return [*policy.named_parameters(), *policy.named_buffers()]
+
+
+def why_probe_failed(policy: Any, error: Exception) -> str | None:
+    """What kept `policy` from running on the env's first observation, when its tensors
+    explain `error`: lazy parameters still uninitialised after it (their layers did not fit
+    the observation, or were not reached), or meta-device tensors (no data) it tripped on;
+    None otherwise.
+
+    A policy may hold meta tensors and run (BenchMARL's models run a meta twin of their
+    network with weights held elsewhere): they are named only when the error is about them.
+    """
+    named = _named_tensors(policy)
+    lazy = [name for name, tensor in named if nn.parameter.is_lazy(tensor)]
+    if lazy:
+        return (
+            f"its lazy parameters {lazy} could not be initialised from the env's first "
+            f"observation ({error}). Make the lazy layers fit the observation, or give them "
+            "their input sizes (e.g. nn.Linear instead of nn.LazyLinear)."
+        )
+    meta = [name for name, tensor in named if tensor.is_meta]
+    if meta and "meta" in str(error):
+        return (
+            f"its tensors {meta} are on the meta device and hold no data ({error}). Load real "
+            "weights into the policy before handing it to the collector, e.g. "
+            "policy.to_empty(device='cpu') then policy.load_state_dict(weights)."
+        )
+    return None
+
+
 def policy_grad_mode(inference_mode: bool, policy: Any) -> AbstractContextManager[Any]:
     """The context each policy call runs in, inside the loop's `torch.no_grad`.
 

@@ -1,6 +1,11 @@
 """What a policy's weights are and how an update is checked against them: flat `{name: tensor}`
 state dicts, validated by name, shape and dtype before anything is sent, and one policy's
-weights addressed by id inside a `PolicyMap`."""
+weights addressed by id inside a `PolicyMap`.
+
+Tensors on the meta device are no weights: they hold no data (BenchMARL's recurrent models
+keep a weightless meta twin of their network, run with the weights they hold elsewhere), so
+they are neither checked nor sent, and the receiving policy keeps its own.
+"""
 
 from __future__ import annotations
 
@@ -16,18 +21,43 @@ from rlcollect.collectors.policy.policy_map import PolicyMap
 Weights = dict[str, torch.Tensor]
 
 
+def uninitialised_names(weights: Mapping[str, Any]) -> list[str]:
+    """The names of the lazy parameters (e.g. `nn.LazyLinear`'s) not initialised yet."""
+    return [name for name, tensor in weights.items() if nn.parameter.is_lazy(tensor)]
+
+
+def _is_meta(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.is_meta
+
+
 def flat_weights(weights: Any) -> Weights:
-    """A module, a state dict or a TensorDict of parameters, as a flat `{name: tensor}`."""
+    """A module, a state dict or a TensorDict of parameters, as a flat `{name: tensor}`,
+    without its meta-device entries (no data: no weights).
+
+    Raises:
+        ValueError: a module or state dict with lazy parameters not initialised yet, naming
+            them: they have no shape to check or data to send.
+    """
     if isinstance(weights, nn.Module):
-        return dict(weights.state_dict())
-    if isinstance(weights, TensorDictBase):
-        return dict(weights.flatten_keys(".").items())
-    if isinstance(weights, Mapping):
-        return dict(weights)
-    raise TypeError(
-        "update_policy_weights_ takes an nn.Module, a state dict or a TensorDict of "
-        f"parameters; got {type(weights).__name__}."
-    )
+        flat = dict(weights.state_dict())
+    elif isinstance(weights, TensorDictBase):
+        flat = dict(weights.flatten_keys(".").items())
+    elif isinstance(weights, Mapping):
+        flat = dict(weights)
+    else:
+        raise TypeError(
+            "update_policy_weights_ takes an nn.Module, a state dict or a TensorDict of "
+            f"parameters; got {type(weights).__name__}."
+        )
+    lazy = uninitialised_names(flat)
+    if lazy:
+        raise ValueError(
+            f"the policy's lazy parameters {lazy} are not initialised yet, so its weights "
+            "cannot be checked, copied or sent to other processes. Call the policy once on "
+            "an example input (e.g. policy(env.reset())) before handing it over, or give "
+            "those layers their input sizes (nn.Linear instead of nn.LazyLinear)."
+        )
+    return {name: tensor for name, tensor in flat.items() if not _is_meta(tensor)}
 
 
 def _align_prefix(names: set[str], template: set[str]) -> str | None:
@@ -140,7 +170,7 @@ WeightsLayout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 def weights_layout(module: nn.Module) -> WeightsLayout:
     """The names, shapes and dtypes of a module's weights (what a child reports to its
     parent, so that the parent checks an update before sending it)."""
-    return state_layout(module.state_dict())
+    return state_layout(flat_weights(module))
 
 
 def state_layout(weights: Mapping[str, torch.Tensor]) -> WeightsLayout:
