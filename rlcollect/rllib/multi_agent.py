@@ -111,13 +111,9 @@ class MultiAgentEnvRunner(RunnerBase):
             for sub_env in self.env.envs:
                 check_multiagent_environments(sub_env.unwrapped)
         # The engine steps and resets the sub-envs itself (RLlib sees the vector env).
-        self.engine_env = DictAgentsEnv(self.env, max_agents=self._max_agents())
+        self.engine_env = DictAgentsEnv(self.env)
         self._needs_initial_reset = True
         self._announce_env(context)
-
-    def _max_agents(self) -> int:
-        """The most agents acting in one step of a sub-env: all the possible ones."""
-        return max(len(self.env.envs[0].unwrapped.possible_agents), 1)
 
     def make_module(self) -> None:
         """Build the config's MultiRLModule (inference only) on the runner's device."""
