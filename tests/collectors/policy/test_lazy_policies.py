@@ -4,6 +4,12 @@ and run in worker processes; those that cannot run say why."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -150,6 +156,32 @@ def test_a_policy_copied_to_the_gpu_keeps_its_meta_twin_and_collects() -> None:
         assert collector.next()["logits"].abs().sum() > 0
     finally:
         collector.shutdown()
+
+
+BENCHMARL_MISSING = [n for n in ("benchmarl", "vmas") if importlib.util.find_spec(n) is None]
+SIDE_BY_SIDE = Path(__file__).with_name("benchmarl_recurrent_side_by_side.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("nothing_left_at_os_level")
+@pytest.mark.parametrize("kind", KINDS)
+def test_benchmarl_gru_and_lstm_policies_collect_as_on_torchrl(kind: str) -> None:
+    """BenchMARL's own models (MAPPO on VMAS balance), in a process of their own."""
+    if BENCHMARL_MISSING:
+        if os.environ.get("RLCOLLECT_FULL_TEST_INSTALL") == "1":
+            pytest.fail(f"{BENCHMARL_MISSING} not installed (docs/guide/benchmarl.md)")
+        pytest.skip(f"{BENCHMARL_MISSING} not installed (docs/guide/benchmarl.md)")
+    done = subprocess.run(
+        [sys.executable, str(SIDE_BY_SIDE), kind],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "same batches: 2 of torch.Size([4, 20])" in done.stdout, done.stdout
 
 
 # --- weight updates ------------------------------------------------------------------------------
