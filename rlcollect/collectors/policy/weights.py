@@ -54,8 +54,9 @@ def flat_weights(weights: Any) -> Weights:
         raise ValueError(
             f"the policy's lazy parameters {lazy} are not initialised yet, so its weights "
             "cannot be checked, copied or sent to other processes. Call the policy once on "
-            "an example input (e.g. policy(env.reset())) before handing it over, or give "
-            "those layers their input sizes (nn.Linear instead of nn.LazyLinear)."
+            "an example input (e.g. policy(env.reset())) before handing it over, give "
+            "those layers their input sizes (nn.Linear instead of nn.LazyLinear), or let "
+            "each worker build it (policy_factory=...)."
         )
     return {name: tensor for name, tensor in flat.items() if not _is_meta(tensor)}
 

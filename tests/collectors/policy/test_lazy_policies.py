@@ -4,6 +4,7 @@ and run in worker processes; those that cannot run say why."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -281,6 +282,35 @@ def test_multisync_refuses_lazy_parameters_it_cannot_send() -> None:
             total_frames=-1,
             mp_start_method="spawn",
         )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.usefixtures("no_leftover_children")
+def test_multisync_workers_build_a_lazy_policy_from_a_factory_and_take_updates() -> None:
+    """What the refusal above suggests: the workers initialise it, the parent learns the
+    weights' layout from them and checks updates against it."""
+    trained = initialised(lazy_head_policy("gru", seed=1))
+    collector = MultiSyncCollector(
+        [lazy_head_env_ours, lazy_head_env_ours],
+        policy_factory=functools.partial(lazy_head_policy, "gru"),
+        frames_per_batch=80,
+        total_frames=-1,
+        mp_start_method="spawn",
+    )
+    try:
+        assert collector.next().batch_size == (2, 40)
+        collector.update_policy_weights_(TensorDict.from_module(trained))
+        batch = collector.next()
+        with torch.no_grad():
+            expected = trained[1](batch.select("embed").clone())["logits"]
+        torch.testing.assert_close(batch["logits"], expected)
+        with pytest.raises(ValueError, match="has shape"):
+            collector.update_policy_weights_(
+                {**trained.state_dict(), "module.1.module.bias": torch.zeros(3)}
+            )
+    finally:
+        collector.shutdown()
 
 
 # --- policies that cannot run --------------------------------------------------------------------
