@@ -10,7 +10,6 @@ env was rebuilt, or raised as RLlib's runner raises it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from ray.rllib.env.env_errors import StepFailedRecreateEnvError
@@ -86,12 +85,11 @@ class EngineLoops:
             self.env.set_seed(seed)
         self._reset_requested = True
 
-    def _run(
-        self, steps: int, random_actions: bool, stop: Callable[[], bool] | None = None
-    ) -> tuple[RolloutLoop | None, Exception | None]:
+    def _run(self, steps: int, random_actions: bool) -> tuple[RolloutLoop | None, Exception | None]:
         """Collect one batch of `steps` steps: `(the loop, None)`; when the env (or the module)
         raised: `(the loop, or None if none was built, the error)`, the env not yet rebuilt
-        (`recover`). A batch that `stop` abandoned raises `BatchAbandonedError`."""
+        (`recover`). A batch the policy step abandoned (enough whole episodes) raises
+        `BatchAbandonedError`; the next batch starts from a reset."""
         if self._host.engine_env is not self.env:  # the runner rebuilt its env
             self._bind_env()
         record = self.record
@@ -103,7 +101,7 @@ class EngineLoops:
                 loop.stream.needs_reset = True
                 self._reset_requested = False
             self.collecting = True
-            loop.collect(random_actions, stop)
+            loop.collect(random_actions)
         except BatchAbandonedError:
             raise
         except Exception as err:

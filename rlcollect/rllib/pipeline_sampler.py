@@ -127,7 +127,7 @@ class PipelineSampler(EngineLoops):
         try:
             # Random actions too are drawn by `act` (RLlib's: the vector env's action space),
             # which keeps the episodes; the loop's own random step would not.
-            loop, err = self._run(steps, random_actions=False, stop=self._enough)
+            loop, err = self._run(steps, random_actions=False)
         except BatchAbandonedError:  # enough whole episodes: the rest of the batch is not run
             return True
         if err is not None:
@@ -151,6 +151,8 @@ class PipelineSampler(EngineLoops):
         t, self._t = self._t, self._t + 1
         if t > 0:
             self._absorb(carrier, t - 1)
+            if self._enough():  # no step past the episode that made enough (as RLlib's runner)
+                raise BatchAbandonedError
         elif not self.episodes:
             self._start_all(carrier)
         if self._random:
