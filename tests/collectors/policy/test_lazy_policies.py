@@ -167,14 +167,16 @@ SIDE_BY_SIDE = Path(__file__).with_name("benchmarl_recurrent_side_by_side.py")
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("nothing_left_at_os_level")
 @pytest.mark.parametrize("kind", KINDS)
-def test_benchmarl_gru_and_lstm_policies_collect_as_on_torchrl(kind: str) -> None:
-    """BenchMARL's own models (MAPPO on VMAS balance), in a process of their own."""
+def test_benchmarl_gru_and_lstm_policies_collect_as_on_torchrl(kind: str, tmp_path: Path) -> None:
+    """BenchMARL's own models (MAPPO on VMAS balance), in a process of their own (run in
+    `tmp_path`: BenchMARL writes its experiment folder into the working directory)."""
     if BENCHMARL_MISSING:
         if os.environ.get("RLCOLLECT_FULL_TEST_INSTALL") == "1":
             pytest.fail(f"{BENCHMARL_MISSING} not installed (docs/guide/benchmarl.md)")
         pytest.skip(f"{BENCHMARL_MISSING} not installed (docs/guide/benchmarl.md)")
     done = subprocess.run(
-        [sys.executable, str(SIDE_BY_SIDE), kind],
+        [sys.executable, str(SIDE_BY_SIDE.resolve()), kind],
+        cwd=tmp_path,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
