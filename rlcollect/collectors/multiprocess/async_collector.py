@@ -109,7 +109,7 @@ class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
             )
             if self.frames + on_the_way >= self.total_frames:
                 return
-        slot.launch(self.pool.deadline(), self.pool.worker_timeout)
+        self.pool.launch(slot, self.pool.deadline())
 
     def next(self) -> TensorDictBase | None:
         """Return the next batch any worker finishes (None when workers fill a buffer).
@@ -124,7 +124,7 @@ class MultiAsyncCollector(MultiCollectorBase, torchrl_shorthand="async"):
         with self.pool.lock:
             self._before_batch()
             for slot in self.pool.slots:
-                if not slot.pending and not slot.has_batch:
+                if WorkerCommand.COLLECT not in slot.pending and not slot.has_batch:
                     self._launch(slot)
             # Start the search after the worker served last, so that no worker is starved.
             order = self.pool.slots[self._turn :] + self.pool.slots[: self._turn]

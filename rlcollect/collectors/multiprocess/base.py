@@ -32,9 +32,11 @@ from rlcollect.collectors.multiprocess.options import (
     fault_options_for_children,
     in_worker_process,
     preempts,
+    waits_for_workers,
 )
 from rlcollect.collectors.multiprocess.pool import WorkerPool
 from rlcollect.collectors.multiprocess.shared_buffer import prepare_shared_buffer
+from rlcollect.collectors.multiprocess.updates import HeldUpdate, WeightDelivery
 from rlcollect.collectors.multiprocess.watchdog import Watchdog
 from rlcollect.collectors.multiprocess.worker import WorkerCommand, WorkerSpec
 from rlcollect.collectors.options import (
@@ -55,7 +57,6 @@ from rlcollect.collectors.weights.schemes import (
     check_schemes,
 )
 from rlcollect.collectors.weights.sender import (
-    CHILD_TIMEOUT_SHARE,
     UPDATE_TIMEOUT,
     SentWeights,
     check_update_timeout,
@@ -81,6 +82,8 @@ class MultiCollectorBase(MultiCollectorControl):
     See `MultiSyncCollector` for the arguments. Workers are started at construction (in
     parallel, from a preloaded fork server) and stopped by `shutdown()`, by garbage
     collection, or at interpreter exit; a worker also ends on its own when this process dies.
+    The constructor returns once they have built their collectors, but in a process of a
+    torch.distributed group (see `options.waits_for_workers`).
     """
 
     # A worker that runs one of these inherits `restart_dead_workers`, `worker_timeout` and
@@ -236,9 +239,12 @@ class MultiCollectorBase(MultiCollectorControl):
             replay_buffer,
         )
         prepare_shared_buffer(replay_buffer, specs[0])
+        # In a node of a distributed launcher (see `waits_for_workers`), workers are spawned
+        # unless asked otherwise: starting a fork server blocks until it has imported torch.
+        waits = waits_for_workers()
         self.pool = WorkerPool(
             specs,
-            worker_context(mp_start_method),
+            worker_context(mp_start_method or (None if waits else "spawn")),
             num_sub_threads=num_sub_threads,
             worker_timeout=worker_timeout,
             restart_dead_workers=restart_dead_workers,
@@ -246,12 +252,14 @@ class MultiCollectorBase(MultiCollectorControl):
             on_failure=self.shutdown,
             current_weights=lambda: (self.weights.current, self.policy_version),
             ledger=self.ledger,
+            await_ready=waits,
         )
         self.frames_per_batch = self._batch_frames()
         self.total_frames = self._round_total(total_frames)
         # TorchRL's meaning (its trainers read it): the random frames asked for, in all; the
         # workers share them out (each takes its share rounded up, `_worker_specs`).
         self.init_random_frames = int(init_random_frames or 0)
+        self.delivery = WeightDelivery(self.pool, self.scheme, self._prepare_scheme)
         self._adopt_scheme_receivers()
         self._adopt_weight_updater(weight_updater)
 
@@ -408,29 +416,28 @@ class MultiCollectorBase(MultiCollectorControl):
         timeout: float | None = UPDATE_TIMEOUT,
         worker_ids: int | Sequence[int] | None = None,
     ) -> None:
-        """Send validated weights as `version` to the workers and wait for every
-        acknowledgement (what a parent collector's update calls in a worker). With a scheme
-        whose `sync` is False, return once they are sent: the acknowledgements of an update
-        are awaited before the next one is packed, so no worker reads weights being
-        rewritten."""
+        """Send validated weights as `version` to the workers and wait for the
+        acknowledgements of those idle (what a parent collector's update calls in a worker).
+        A worker collecting a batch gets them before its next command instead, so that no
+        update waits behind a batch: none it starts afterwards runs older weights (see
+        `updates.WeightDelivery`). With a scheme whose `sync` is False, return once they are
+        sent: the acknowledgements of an update are awaited before the next one is packed, so
+        no worker reads weights being rewritten."""
         self.pool.check_open()
         timeout = check_update_timeout(timeout)
         slots = select_children(self.pool.slots, worker_ids, "worker")
-        self.weights.record(weights)
-        self.policy_version = version
-        if not self.scheme.sends_weights:
-            return
-        if not self.scheme.sync:
-            self.pool.settle(WorkerCommand.UPDATE_WEIGHTS, timeout)
+        with self.pool.lock:
+            self.weights.record(weights)
+            self.policy_version = version
+            if self.scheme.sends_weights:
+                update = HeldUpdate(self.weights.current, version, timeout)  # type: ignore[arg-type]
+                self.delivery.deliver(slots, update)
+
+    def _prepare_scheme(self, weights: Weights, timeout: float) -> None:
+        """Before a pack: lay out the scheme at the first update, when only a factory was
+        given."""
         if self._connect_late:
             self._connect_scheme(weights, timeout)
-        payload = pickle.dumps((timeout * CHILD_TIMEOUT_SHARE, self.scheme.pack(weights)))
-        if self.scheme.sync:
-            self.pool.request(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload, timeout)
-        else:
-            self.pool.post(slots, WorkerCommand.UPDATE_WEIGHTS, version, payload)
-        for slot in slots:
-            slot.policy_version = version
 
     # --- background collection into a shared replay buffer -------------------------------------
 

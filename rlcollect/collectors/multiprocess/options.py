@@ -126,3 +126,18 @@ def fault_options_for_children(collector_class: Any, **options: Any) -> dict[str
 
 def in_worker_process() -> bool:
     return multiprocessing.parent_process() is not None
+
+
+def waits_for_workers() -> bool:
+    """Whether the constructor waits until every worker has built its collector (so that a
+    failure to build raises there, as TorchRL's does): yes, but in a process of a
+    torch.distributed group. There the collector is a node of a launcher (TorchRL's
+    `DistributedCollector`) that asks for the node's status within seconds, while workers
+    that import torch and build envs on a loaded machine may take longer: the constructor
+    returns once they are started (spawned, unless `mp_start_method` says otherwise: a fork
+    server blocks its first start until it has imported torch), and a worker that fails to
+    build raises at the first call that needs it."""
+    distributed = getattr(torch, "distributed", None)
+    return not (
+        distributed is not None and distributed.is_available() and distributed.is_initialized()
+    )

@@ -96,6 +96,9 @@ class WorkerSlot:
     background: tuple[int, int] | None = None
     deadline: float = float("inf")
     limit: float | None = None  # the timeout its pending command was given, for errors
+    # A weight update that came while it collected a batch, sent before its next command
+    # (a `updates.HeldUpdate`).
+    held_update: Any = None
 
     @property
     def pending(self) -> list[int]:
@@ -165,6 +168,9 @@ class WorkerPool:
         on_failure: called before a worker failure is raised (the owner shuts down).
         current_weights: `() -> (weights, version)`, what a restarted worker starts with.
         ledger: what each worker committed to the replay buffer.
+        await_ready: wait here until every worker has built its collector (a failure raises
+            here); otherwise each worker's readiness is read at the first exchange with it,
+            and until then its `frames_per_batch` is the one its spec asks for.
     """
 
     def __init__(
@@ -179,6 +185,7 @@ class WorkerPool:
         on_failure: Callable[[], None],
         current_weights: Callable[[], tuple[dict[str, Any] | None, int]],
         ledger: WriteLedger,
+        await_ready: bool = True,
     ) -> None:
         self.specs = list(specs)
         self.context = context
@@ -188,6 +195,9 @@ class WorkerPool:
         self.on_failure = on_failure
         self.current_weights = current_weights
         self.ledger = ledger
+        # Called with the slots about to be sent a command (first thing, under the lock): the
+        # owner sends the weight updates held for them (see `updates.WeightDelivery`).
+        self.before_command: Callable[[Sequence[WorkerSlot]], None] = lambda slots: None
         # Held by every exchange with the workers: the watchdog thread restarts workers while
         # the user's thread may send commands.
         self.lock = threading.RLock()
@@ -199,9 +209,12 @@ class WorkerPool:
         )
         self.slots: list[WorkerSlot] = []
         try:
-            for index in range(len(self.specs)):
-                self.slots.append(WorkerSlot(index, self._start_process(index)))
-            for slot in self.slots:
+            for index, spec in enumerate(self.specs):
+                slot = WorkerSlot(index, self._start_process(index), spec.frames_per_batch)
+                self.slots.append(slot)
+                if not await_ready:
+                    slot.messages.append(encode(WorkerCommand.READY))  # answered first
+            for slot in self.slots if await_ready else ():
                 self._await_ready(slot, startup_timeout)
         except BaseException as err:
             self.close()
@@ -239,11 +252,11 @@ class WorkerPool:
         """Replace the dead worker of `slot` by a fresh one with the current weights, its seed
         moved on, and trajectory ids of its own; commands it had not answered are sent again
         (but an update, which the fresh worker starts with)."""
-        lost = [  # an update and a start, the fresh worker starts with
+        lost = [  # an update and a start, the fresh worker starts with (and is awaited)
             message
             for message in slot.messages
             if HEADER.unpack_from(message)[0]
-            not in (WorkerCommand.UPDATE_WEIGHTS, WorkerCommand.START)
+            not in (WorkerCommand.UPDATE_WEIGHTS, WorkerCommand.START, WorkerCommand.READY)
         ]
         spec = self.specs[slot.index]
         spec.weights, spec.version = weights, version
@@ -311,8 +324,16 @@ class WorkerPool:
         the next exchange with that worker, or by `settle`."""
         with self.lock:
             self.check_open()
+            self.before_command(slots)
             for slot in slots:
                 slot.send(command, argument, payload)
+
+    def launch(self, slot: WorkerSlot, deadline: float) -> None:
+        """Ask `slot` for its next batch by `deadline` (see `WorkerSlot.launch`), after what
+        was held for it."""
+        with self.lock:
+            self.before_command([slot])
+            slot.launch(deadline, self.worker_timeout)
 
     def settle(self, command: WorkerCommand, timeout: float | None = None) -> None:
         """Wait (by `timeout` or the worker timeout) until every worker has answered the
@@ -356,6 +377,8 @@ class WorkerPool:
                 payload = slot.handle.receive(timeout, limit=slot.limit)
                 if expected == WorkerCommand.COLLECT:
                     self._take_batch(slot, payload)
+                elif expected == WorkerCommand.READY:
+                    slot.frames_per_batch = int(pickle.loads(payload)["frames_per_batch"])
             except WorkerRaisedError as err:
                 slot.answered()
                 err.recoverable = expected in CONTROL_COMMANDS and len(err.path) == 1
@@ -442,6 +465,7 @@ class WorkerPool:
         slot.background = (left, now)
         if share and not left:
             return
+        self.before_command([slot])
         slot.send(WorkerCommand.START, left)
         self.await_reply(slot, WorkerCommand.START)
 

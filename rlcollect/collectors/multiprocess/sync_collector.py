@@ -19,7 +19,6 @@ from rlcollect.collectors.children import (
 from rlcollect.collectors.devices import finish_cuda_copies
 from rlcollect.collectors.multiprocess.base import MultiCollectorBase
 from rlcollect.collectors.multiprocess.pool import WorkerSlot
-from rlcollect.collectors.multiprocess.worker import WorkerCommand
 from rlcollect.collectors.sampling.whole_episodes import EpisodeQueue
 
 
@@ -221,21 +220,24 @@ class MultiSyncCollector(MultiCollectorBase, torchrl_shorthand="sync"):
 
     def _collect_round(self, slots: Sequence[WorkerSlot]) -> None:
         """One batch from every worker. With `preemptive_threshold`, once that share of them
-        has answered, the others are told to end their batch at their next step."""
+        has answered, the others are told to end their batch at their next step.
+
+        The batches are awaited without the pool's lock (as `MultiAsyncCollector` awaits
+        them), so that an update from another thread (a TorchRL node's weight receiver)
+        returns without waiting for the round: the workers take it before their next one."""
         interruptor = self.interruptor
-        if interruptor is None:
-            self.pool.request(slots, WorkerCommand.COLLECT)
-            return
         self.pool.check_open()
-        interruptor.start_collection()  # before any worker starts: none is cut at once
+        if interruptor is not None:
+            interruptor.start_collection()  # before any worker starts: none is cut at once
         deadline = self.pool.deadline()
-        for slot in slots:
-            slot.launch(deadline, self.pool.worker_timeout)
+        with self.pool.lock:
+            for slot in slots:
+                self.pool.launch(slot, deadline)
         threshold = 1.0 if self.preemptive_threshold is None else self.preemptive_threshold
         finish_first = int(len(slots) * threshold)  # 0.0: every worker is cut at once
         waiting = list(slots)
         while waiting:
-            if len(slots) - len(waiting) >= finish_first:
+            if interruptor is not None and len(slots) - len(waiting) >= finish_first:
                 interruptor.stop_collection()
             waiting.remove(self.pool.await_first_batch(waiting))
 

@@ -12,8 +12,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import multiprocessing
+import multiprocessing.util
+import os
 import pickle
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -62,6 +66,9 @@ class WorkerCommand(enum.IntEnum):
     REMOTE = 18  # get_distant_attr / map_fn on the worker's collector, pickled
     POLICY_LAYOUT = 19  # names, shapes and dtypes of the policy's weights
     WEIGHT_CHANNEL = 20  # the weight scheme's channel, laid out after start (pickled)
+    # Never sent: what a worker answers first, once it has built its collector (awaited at
+    # the first exchange when the pool does not wait for its workers to start).
+    READY = 21
 
 
 describe_command = command_describer(
@@ -170,6 +177,20 @@ def run_collector_worker(
         server.serve(connection)
     finally:
         server.close()
+    exit_at_once_when_spawned()
+
+
+def exit_at_once_when_spawned() -> None:
+    """End a spawned worker that closed cleanly as a forked one ends: with `os._exit` once
+    multiprocessing's exit handlers have run, without tearing the interpreter down (torch's
+    teardown takes seconds on a loaded machine, and a shutdown waits for it: a TorchRL
+    launcher gives its node 10 s to shut down)."""
+    if getattr(multiprocessing.current_process(), "_start_method", None) != "spawn":
+        return
+    multiprocessing.util._exit_function()  # what a forked worker runs before its os._exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class CollectorServer:
