@@ -25,8 +25,6 @@ from rlcollect.batch.flags import end_flag_keys, end_of_trajectory
 from rlcollect.collectors.bookkeeping import EpisodeTracker, TrajectoryCounter
 from rlcollect.collectors.devices import DeviceSplit
 from rlcollect.collectors.policy.holder import PolicyHolder
-from rlcollect.collectors.policy.resolve import policy_grad_mode
-from rlcollect.collectors.policy.steps import MissingActionStep
 from rlcollect.collectors.sampling.trajectory_views import TrajectoryViews
 from rlcollect.envs.base import EnvBase
 
@@ -38,36 +36,6 @@ def fits_one_buffer(env: EnvBase) -> bool:
     """Whether `env`'s entries have one shape over its sub-envs and steps (most envs: the
     dense carrier); False for heterogeneous or dynamic specs (`TorchRLEnv.fits_one_buffer`)."""
     return bool(getattr(env, "fits_one_buffer", True))
-
-
-class StackedPolicyStep:
-    """The policy at step t: handed a copy of the step's root, its outputs set into the step
-    (a heterogeneous action is a lazy stack of differently shaped tensors)."""
-
-    def __init__(
-        self,
-        policy: PolicyHolder,
-        slots: Sequence[TensorDictBase],
-        output_keys: Sequence[NestedKey],
-        carrier_device: torch.device,
-        inference_mode: bool,
-    ) -> None:
-        self._call = policy.accelerated(policy.module)
-        self._grad_mode = policy_grad_mode(inference_mode, policy.module)
-        self._slots, self._output_keys = slots, list(output_keys)
-        self._to = None if policy.device == carrier_device else policy.device
-        self._back = carrier_device
-
-    def __call__(self, t: int) -> None:
-        slot = self._slots[t]
-        request = slot.exclude(keys.NEXT, *self._output_keys).copy()
-        if self._to is not None:
-            request = request.to(self._to, non_blocking=True)
-        with self._grad_mode:
-            result = self._call(request)
-        # Copied outside the policy's grad mode: no inference tensor enters the batch.
-        outputs = result.select(*self._output_keys)
-        slot.update(outputs.to(self._back) if self._to is not None else outputs.clone())
 
 
 class StackedCarrierLayout:
@@ -176,13 +144,16 @@ class StackedCarrierLayout:
 
     def policy_step(
         self, policy: PolicyHolder, inference_mode: bool
-    ) -> StackedPolicyStep | MissingActionStep | None:
-        """The per-step policy call (None for random actions)."""
-        if policy.module is None:
-            return None
-        if policy.missing_action is not None:
-            return MissingActionStep(policy.missing_action)
-        return StackedPolicyStep(policy, self.slots, self.output_keys, self.device, inference_mode)
+    ) -> Callable[[int], None] | None:
+        """The per-step policy call on this carrier's slots (None for random actions)."""
+        return policy.step_on(
+            self.carrier,
+            self.time_dim,
+            self.output_keys,
+            self.device,
+            inference_mode,
+            slots=self.slots,
+        )
 
     def env_step(self, env: EnvBase) -> Callable[[int], None]:
         """The per-step env call: step, then move to the next step's root (resetting the

@@ -26,6 +26,7 @@ from rlcollect.collectors.policy.steps import (
     DictStep,
     MissingActionStep,
     ModuleStep,
+    StackedPolicyStep,
     is_fast_module,
 )
 from rlcollect.collectors.policy.weights import policy_by_id
@@ -234,20 +235,29 @@ class PolicyHolder:
         output_keys: Sequence[NestedKey],
         carrier_device: torch.device,
         inference_mode: bool,
-    ) -> ModuleStep | DictStep | MissingActionStep | None:
+        slots: Sequence[TensorDictBase] | None = None,
+    ) -> ModuleStep | DictStep | StackedPolicyStep | MissingActionStep | None:
         """The per-step callable running the policy on `carrier`'s views (None for random
         actions): the tensor fast path when the module reads and writes only tensors of the
-        carrier, else the TensorDict path; under `torch.inference_mode` when allowed. For a
-        policy that writes no action, one that raises a `KeyError` saying so."""
+        carrier, else the TensorDict path; on the step TensorDicts `slots` of a stacked
+        carrier when given; under `torch.inference_mode` when allowed. For a policy that
+        writes no action, one that raises a `KeyError` saying so. Every collector's policy
+        steps are built here."""
         if self.module is None:
             return None
         if self.missing_action is not None:
             return MissingActionStep(self.missing_action)
+        module = self.module
+        grad_mode = policy_grad_mode(inference_mode, module)
+        if slots is not None:
+            policy_device = None if self.device == carrier_device else self.device
+            call = self.accelerated(module)
+            return StackedPolicyStep(
+                call, slots, output_keys, policy_device, carrier_device, grad_mode
+            )
         policy_device = self.device if self.device != carrier_device else None
         if carrier.device is None and self.device_is_explicit:
             policy_device = self.device  # a device-less env's TensorDicts get the device asked
-        module = self.module
-        grad_mode = policy_grad_mode(inference_mode, module)
         fast = self.acceleration.keeps_tensor_path and is_fast_module(module)
         if fast and _holds_tensors(carrier, module):
             call = self.accelerated(module.module)

@@ -5,6 +5,8 @@
   are resolved once, and each step calls the module on tensor views and copies its outputs into
   the carrier, with no TensorDict built;
 * `DictStep` is the general fallback for any `td -> td` policy;
+* `StackedPolicyStep` runs it on the one-TensorDict-a-step carrier of heterogeneous or
+  dynamic envs (`stacked_carrier.py`);
 * `MissingActionStep` stands for a policy that writes no action: it raises when called.
 """
 
@@ -143,3 +145,32 @@ class MissingActionStep:
 def is_fast_module(policy: Any) -> bool:
     """Whether `policy` is a `TensorDictModule` whose module can be called on tensors."""
     return type(policy) is TensorDictModule and not isinstance(policy.module, TensorDictModuleBase)
+
+
+class StackedPolicyStep:
+    """The policy at step t: handed a copy of the step's root, its outputs set into the step
+    (a heterogeneous action is a lazy stack of differently shaped tensors)."""
+
+    def __init__(
+        self,
+        call: Callable[[TensorDictBase], TensorDictBase],
+        slots: Sequence[TensorDictBase],
+        output_keys: Sequence[NestedKey],
+        policy_device: torch.device | None,
+        carrier_device: torch.device,
+        grad_mode: AbstractContextManager,
+    ) -> None:
+        self._call, self._grad_mode = call, grad_mode
+        self._slots, self._output_keys = slots, list(output_keys)
+        self._to, self._back = policy_device, carrier_device
+
+    def __call__(self, t: int) -> None:
+        slot = self._slots[t]
+        request = slot.exclude(keys.NEXT, *self._output_keys).copy()
+        if self._to is not None:
+            request = request.to(self._to, non_blocking=True)
+        with self._grad_mode:
+            result = self._call(request)
+        # Copied outside the policy's grad mode: no inference tensor enters the batch.
+        outputs = result.select(*self._output_keys)
+        slot.update(outputs.to(self._back) if self._to is not None else outputs.clone())
