@@ -375,13 +375,13 @@ class WorkerPool:
                 timeout = max(0.0, deadline - time.monotonic())
             try:
                 payload = slot.handle.receive(timeout, limit=slot.limit)
-                if expected == WorkerCommand.COLLECT:
-                    self._take_batch(slot, payload)
-                elif expected == WorkerCommand.READY:
-                    slot.frames_per_batch = int(pickle.loads(payload)["frames_per_batch"])
+                self._record(slot, expected, payload)
             except WorkerRaisedError as err:
                 slot.answered()
                 err.recoverable = expected in CONTROL_COMMANDS and len(err.path) == 1
+                same = err.as_raised() if expected == WorkerCommand.READY else None
+                if same is not None:
+                    raise same from err  # as the constructor raises it (see __init__)
                 raise
             except WorkerError:
                 if not (self.restart_dead_workers and not slot.handle.process.is_alive()):
@@ -395,6 +395,13 @@ class WorkerPool:
             slot.answered()
             if expected == command:
                 return payload
+
+    def _record(self, slot: WorkerSlot, answered: int, payload: bytes) -> None:
+        """Record what a reply to `answered` brings: a batch, or a worker's readiness."""
+        if answered == WorkerCommand.COLLECT:
+            self._take_batch(slot, payload)
+        elif answered == WorkerCommand.READY:
+            slot.frames_per_batch = int(pickle.loads(payload)["frames_per_batch"])
 
     def _take_batch(self, slot: WorkerSlot, payload: bytes) -> None:
         """Record a COLLECT reply. Its shared batch's handle is fetched from the worker: one

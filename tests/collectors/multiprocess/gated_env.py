@@ -51,3 +51,14 @@ class MarkPolicy(nn.Module):
 
 def mark_policy(mark: float = 0.0) -> TensorDictModule:
     return TensorDictModule(MarkPolicy(mark), in_keys=["observation"], out_keys=["action", "mark"])
+
+
+def counting_env_after_gate(gate: str) -> CountingEnv:
+    """A counting env built once `gate` no longer exists (a worker slow to start)."""
+    while Path(gate).exists():
+        time.sleep(0.01)
+    return CountingEnv(episode_length=5)
+
+
+def broken_env_maker() -> CountingEnv:
+    raise OSError("no display")
