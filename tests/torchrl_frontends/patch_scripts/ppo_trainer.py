@@ -1,5 +1,5 @@
 """TorchRL's PPO trainer composed from TorchRL's config groups as `sota-implementations/
-ppo_trainer` composes them (tiny: tests/torchrl_frontends/test_trainers.py's PPO config),
+ppo_trainer` composes them (tiny: tests/torchrl_frontends/trainer_configs.py's PPO config),
 with TorchRL's own `_target_: torchrl.collectors.MultiSyncCollector`, trained to the end.
 Tests run it under `python -m rlcollect.patch`; it prints what the trainer was given and did.
 """
@@ -12,16 +12,21 @@ import torch
 from hydra.utils import instantiate
 
 from tests import hydra_store
-from tests.torchrl_frontends import test_trainers
+from tests.torchrl_frontends import trainer_configs
+
+# TorchRL's config classes, imported at the top as TorchRL's trainer scripts import them (so
+# also in the workers, which import this module again: TorchRL's collectors are imported, and
+# patched, there too).
+hydra_store.import_torchrl_configs()
 
 
 def main() -> None:
-    # TorchRL's config groups back in Hydra's store (the test module keeps them aside)
+    # TorchRL's config groups back in Hydra's store (imported above, kept aside)
     assert hydra_store._torchrl_entries is not None
     for path, node in hydra_store._torchrl_entries.items():
         hydra_store._put(path, node)
     torch.manual_seed(0)
-    cfg = test_trainers.compose_trainer("ppo", "multi_sync", "torchrl")
+    cfg = trainer_configs.compose_trainer("ppo", "multi_sync", "torchrl")
     trainer = instantiate(cfg.trainer)
     collector = trainer.collector
     try:
@@ -33,7 +38,7 @@ def main() -> None:
         "target": cfg.collector._target_,
         "collector": f"{built.__module__}.{built.__qualname__}",
         "collected_frames": trainer.collected_frames,
-        "expected_frames": test_trainers.BATCHES * test_trainers.FRAMES,
+        "expected_frames": trainer_configs.BATCHES * trainer_configs.FRAMES,
     }
     print(json.dumps(report))  # noqa: T201
 
