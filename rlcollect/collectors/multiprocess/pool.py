@@ -518,8 +518,10 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        """The process ids of the workers (empty once closed)."""
-        return [slot.handle.pid for slot in self.slots] if self.is_open else []
+        """The process ids of the workers (empty once closed); read under the pool's lock, so
+        never while a restart swaps a dead worker's handle for a fresh one's."""
+        with self.lock:
+            return [slot.handle.pid for slot in self.slots] if self.is_open else []
 
     @property
     def is_open(self) -> bool:
