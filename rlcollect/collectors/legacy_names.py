@@ -47,7 +47,24 @@ def with_extend_buffer(replay_buffer_chunk: bool | None, options: dict[str, Any]
     return {**options, "extend_buffer": extend_buffer}
 
 
-class MultiSyncDataCollector(MultiSyncCollector):
+class TakesReplayBufferChunk:
+    """Mixin: the constructor takes TorchRL 0.10's `replay_buffer_chunk` (see
+    `with_extend_buffer`) and passes the rest on to the collector class after it."""
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        replay_buffer_chunk: bool | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(  # type: ignore[call-arg]
+            create_env_fn, policy, **with_extend_buffer(replay_buffer_chunk, options)
+        )
+
+
+class MultiSyncDataCollector(TakesReplayBufferChunk, MultiSyncCollector):
     """TorchRL 0.10's name of `MultiSyncCollector`, taking that version's arguments.
 
     Examples:
@@ -59,40 +76,11 @@ class MultiSyncDataCollector(MultiSyncCollector):
         [torch.Size([2, 50])]
     """
 
-    def __init__(
-        self,
-        create_env_fn: Any,
-        policy: Any = None,
-        *,
-        replay_buffer_chunk: bool | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(create_env_fn, policy, **with_extend_buffer(replay_buffer_chunk, options))
 
-
-class MultiaSyncDataCollector(MultiAsyncCollector):
+class MultiaSyncDataCollector(TakesReplayBufferChunk, MultiAsyncCollector):
     """TorchRL 0.10's name of `MultiAsyncCollector`, taking that version's arguments."""
 
-    def __init__(
-        self,
-        create_env_fn: Any,
-        policy: Any = None,
-        *,
-        replay_buffer_chunk: bool | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(create_env_fn, policy, **with_extend_buffer(replay_buffer_chunk, options))
 
-
-class aSyncDataCollector(AsyncCollector):  # noqa: N801  # TorchRL 0.10's spelling
+# TorchRL 0.10's spelling
+class aSyncDataCollector(TakesReplayBufferChunk, AsyncCollector):  # noqa: N801
     """TorchRL 0.10's name of `AsyncCollector`, taking that version's arguments."""
-
-    def __init__(
-        self,
-        create_env_fn: Any,
-        policy: Any = None,
-        *,
-        replay_buffer_chunk: bool | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(create_env_fn, policy, **with_extend_buffer(replay_buffer_chunk, options))
