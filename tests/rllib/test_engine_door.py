@@ -19,7 +19,6 @@ pytest.importorskip(
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
 
-from rlcollect.collectors.rollout import RolloutLoop
 from rlcollect.rllib import (
     EnvPoolBackend,
     GymVectorBackend,
@@ -27,22 +26,10 @@ from rlcollect.rllib import (
     SingleAgentEnvRunner,
 )
 from rlcollect.transforms import RewardSum
+from tests.rllib.engine_door_checks import train_once_counting_loops
 
 TIMEOUT = 420
 EPISODE_LEN = 5
-
-
-def engine_facts(runner: SingleAgentEnvRunner) -> dict:
-    """What samples in `runner`: the sampler, the engine env and loop, the batches collected."""
-    sampler = runner._sampler
-    loop = sampler._current
-    return {
-        "sampler": type(sampler).__name__,
-        "env": type(sampler.env).__name__,
-        "loop": f"{type(loop).__module__}.{type(loop).__name__}",
-        "batches": sampler.batches,
-        "carrier_keys": sorted(map(str, loop.layout.carrier.keys())),
-    }
 
 
 def has_envpool() -> bool:
@@ -72,32 +59,9 @@ def test_an_algorithms_runner_samples_through_the_engines_rollout_loop(
         pytest.skip("envpool is not installed (the envpool extra)")
     make_backend, engine_env = BACKENDS[backend]
     runner_cls = SingleAgentEnvRunner.with_backend(make_backend())
-    collected = []
-    original = RolloutLoop.collect
-
-    def counting_collect(self, *args, **kwargs):
-        collected.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(RolloutLoop, "collect", counting_collect)
-    algo = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .env_runners(
-            env_runner_cls=runner_cls,
-            num_env_runners=num_env_runners,
-            num_envs_per_env_runner=2,
-        )
-        .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)
-        .build_algo()
+    facts, collected = train_once_counting_loops(
+        PPOConfig().environment("CartPole-v1"), runner_cls, num_env_runners, monkeypatch
     )
-    try:
-        algo.train()
-        facts = algo.env_runner_group.foreach_env_runner(
-            engine_facts, local_env_runner=num_env_runners == 0
-        )
-    finally:
-        algo.stop()
     assert len(facts) == 1
     assert facts[0]["sampler"] == "EngineSampler"
     assert facts[0]["env"] == engine_env

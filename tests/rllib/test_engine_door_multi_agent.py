@@ -22,8 +22,8 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as RLlibRunner
 from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
 
-from rlcollect.collectors.rollout import RolloutLoop
 from rlcollect.rllib import MultiAgentEnvRunner
+from tests.rllib.engine_door_checks import train_once_counting_loops
 
 TIMEOUT = 420
 EPISODE_LEN = 5
@@ -41,49 +41,15 @@ def two_agent_config() -> PPOConfig:
     )
 
 
-def engine_facts(runner: MultiAgentEnvRunner) -> dict:
-    """What samples in `runner`: the sampler, the engine env and loop, the batches collected."""
-    sampler = runner._sampler
-    loop = sampler._current
-    return {
-        "sampler": type(sampler).__name__,
-        "env": type(sampler.env).__name__,
-        "loop": f"{type(loop).__module__}.{type(loop).__name__}",
-        "batches": sampler.batches,
-    }
-
-
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.usefixtures("no_leftover_children")
 @pytest.mark.parametrize("num_env_runners", [0, 1], ids=["local", "remote"])
 def test_an_algorithms_multi_agent_runner_samples_through_the_engines_rollout_loop(
     num_env_runners, monkeypatch
 ):
-    collected = []
-    original = RolloutLoop.collect
-
-    def counting_collect(self, *args, **kwargs):
-        collected.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(RolloutLoop, "collect", counting_collect)
-    algo = (
-        two_agent_config()
-        .env_runners(
-            env_runner_cls=MultiAgentEnvRunner,
-            num_env_runners=num_env_runners,
-            num_envs_per_env_runner=2,
-        )
-        .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)
-        .build_algo()
+    facts, collected = train_once_counting_loops(
+        two_agent_config(), MultiAgentEnvRunner, num_env_runners, monkeypatch
     )
-    try:
-        algo.train()
-        facts = algo.env_runner_group.foreach_env_runner(
-            engine_facts, local_env_runner=num_env_runners == 0
-        )
-    finally:
-        algo.stop()
     assert len(facts) == 1
     assert facts[0]["sampler"] == "MultiAgentSampler"
     assert facts[0]["env"] == "DictAgentsEnv"
