@@ -94,13 +94,18 @@ def plain_gym(env_id: str, num_envs: int, frames: int) -> float:
         return frames / (time.perf_counter() - start)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * num_envs)
     observation, _ = envs.reset(seed=0)
+    # Frames are transitions, as our collectors count them: the step where an env that ended
+    # only resets (Gymnasium's next-step autoreset) is none.
+    collected, ended = 0, 0
     start = time.perf_counter()
     with torch.no_grad():
-        for _ in range(frames // num_envs):
+        while collected < frames:
             output = policy(torch.as_tensor(observation))
             action = output.argmax(-1).numpy() if discrete else output.numpy()
-            observation, *_ = envs.step(action)
-    return frames / (time.perf_counter() - start)
+            observation, _, terminated, truncated, _ = envs.step(action)
+            collected += num_envs - ended
+            ended = int((terminated | truncated).sum())
+    return collected / (time.perf_counter() - start)
 
 
 def _torchrl_env(env_id: str, num_envs: int) -> Callable:
