@@ -224,6 +224,45 @@ def ours_multi(env_id: str, num_envs: int) -> Stream:
     return collector_stream(collector)
 
 
+def _count_serial_frames(env_id: str, num_envs: int, counter: Any) -> None:
+    """A process of `serial_pair_ceiling`: a one-process collector on `num_envs` envs,
+    adding the frames of each batch to `counter` until it is terminated."""
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)
+    for frames in ours_serial(env_id, num_envs):
+        with counter.get_lock():
+            counter.value += frames
+
+
+def serial_pair_ceiling(env_id: str, num_envs: int) -> Stream:
+    """Not a collector: two independent processes, each running `ours-serial` on half the
+    envs, with nothing shared and nothing awaited between them; the frames both collect.
+    What any 2-worker collector could reach on this machine (no gathering, no round)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    counter = context.Value("q", 0)
+    workers = [
+        context.Process(
+            target=_count_serial_frames, args=(env_id, num_envs // 2, counter), daemon=True
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        while counter.value == 0:  # both started (a warm-up batch each)
+            time.sleep(0.05)
+        while True:
+            before = counter.value
+            time.sleep(0.05)
+            yield counter.value - before
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.join()
+
+
 def envpool_half(env_id: str, num_envs: int) -> Any:
     """One worker's EnvPool env: half the envs, one EnvPool thread (two workers, two cores)."""
     from rlcollect.envs import EnvPoolEnv  # type: ignore[attr-defined]
@@ -319,6 +358,7 @@ IMPLEMENTATIONS: dict[str, Callable[[str, int], Stream]] = {
     "ours-envpool": ours_envpool,
     "ours-envpool-pools": ours_envpool_pools,
     "ours-multi": ours_multi,
+    "serial-pair-ceiling": serial_pair_ceiling,
     "ours-multi-envpool": ours_multi_envpool,
     "ours-async-envpool": ours_async_envpool,
     "torchrl-serial": torchrl_serial,
@@ -332,7 +372,13 @@ IMPLEMENTATIONS: dict[str, Callable[[str, int], Stream]] = {
 # 1,024 envs would take half a minute, so its rows stop here.
 MAX_ENVS = {"torchrl-serial": 256, "torchrl-parallel": 256}
 # Worker processes compete for the cores with whatever runs beside them: measured alone.
-ISOLATED = {"ours-multi", "ours-multi-envpool", "ours-async-envpool", "torchrl-parallel"}
+ISOLATED = {
+    "ours-multi",
+    "ours-multi-envpool",
+    "ours-async-envpool",
+    "torchrl-parallel",
+    "serial-pair-ceiling",
+}
 PONG_IMPLEMENTATIONS = [
     "ours-envpool",
     "ours-envpool-pools",
@@ -348,6 +394,8 @@ DEFAULT_SIZES = {"cartpole": [1, 8, 64, 256, 1024], "pong": [1, 8, 32, 128]}
 TARGETS = [
     ("cartpole", "ours-serial", "gym-loop", 1.0, (8, 64, 256)),
     ("cartpole", "ours-multi", "ours-serial", 1.8, (64, 256)),
+    # The machine's own ceiling for the line above: two independent one-process collectors.
+    ("cartpole", "serial-pair-ceiling", "ours-serial", 1.8, (64, 256)),
     ("cartpole", "ours-envpool", "envpool-loop", 1.0, (256,)),
     ("cartpole", "ours-best", "envpool-loop", 0.9, (256,)),
     ("cartpole", "ours-envpool-pools", "envpool-loop", 0.9, (256,)),
