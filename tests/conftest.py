@@ -116,6 +116,23 @@ def wait_for_children(deadline: float) -> list[multiprocessing.process.BaseProce
     return children
 
 
+def shared_memory_left(before: set[str], deadline: float) -> set[str]:
+    """The /dev/shm entries made since `before` that are still there at `deadline` and that
+    no process outside this test holds."""
+    new = shared_memory_entries() - before
+    while new and time.monotonic() < deadline:
+        time.sleep(0.05)
+        new = shared_memory_entries() - before
+    leaked = new - held_elsewhere(new)
+    # Another program's entry (the other xdist worker's, say) can sit unheld for a moment
+    # between its creation and its mapping, or its unmapping and its unlinking: a leak stays.
+    settle = time.monotonic() + SETTLE_SECONDS
+    while leaked and time.monotonic() < settle:
+        time.sleep(0.05)
+        leaked = (leaked & shared_memory_entries()) - held_elsewhere(leaked)
+    return leaked
+
+
 @pytest.fixture
 def no_leftover_children() -> Iterator[None]:
     """Fail the test if it leaves a child process alive or a new /dev/shm entry behind.
@@ -130,17 +147,7 @@ def no_leftover_children() -> Iterator[None]:
     for child in children:
         child.terminate()
         child.join(timeout=5)
-    new = shared_memory_entries() - before
-    while new and time.monotonic() < deadline:
-        time.sleep(0.05)
-        new = shared_memory_entries() - before
-    leaked = new - held_elsewhere(new)
-    # Another program's entry (the other xdist worker's, say) can sit unheld for a moment
-    # between its creation and its mapping, or its unmapping and its unlinking: a leak stays.
-    settle = time.monotonic() + SETTLE_SECONDS
-    while leaked and time.monotonic() < settle:
-        time.sleep(0.05)
-        leaked = (leaked & shared_memory_entries()) - held_elsewhere(leaked)
+    leaked = shared_memory_left(before, deadline)
     if children:
         pytest.fail(f"the test left child processes alive: {children}; shut them down.")
     if leaked:

@@ -1,14 +1,17 @@
 """TorchRL's torch.distributed launchers run with a node collector class, ours or TorchRL's.
 
-`python -m tests.collectors.torchrl_launcher_runs <launcher> <owner> <class> <pfactory> <sync>`
-runs TorchRL's `DistributedCollector` or `RPCCollector` (`launcher="mp"`: node processes on
-this machine, a gloo group on localhost) over TorchRL's counting env, with `collector_class`
-the named class of rlcollect or of TorchRL as the node collector. The policy writes its one
-weight as the action; after the first batch the weight goes from 1 to 2 and is sent with
-`update_policy_weights_`. It prints one JSON line: the actions of each batch, the frames, the
-number of nodes, and the pids of the processes it started (every descendant seen while it
-ran), which the test checks are gone. A process of its own because the launcher makes its
-process rank 0 of a process group (TorchRL's tests run it in a process of its own too).
+`python -m tests.collectors.torchrl_launcher_runs <launcher> <owner> <class> <pfactory> <sync>
+[<launcher> ...]` runs, for each case of five arguments in turn, TorchRL's
+`DistributedCollector` or `RPCCollector` (`launcher="mp"`: node processes on this machine, a
+gloo group on localhost) over TorchRL's counting env, with `collector_class` the named class of
+rlcollect or of TorchRL as the node collector. The policy writes its one weight as the action;
+after the first batch the weight goes from 1 to 2 and is sent with `update_policy_weights_`.
+It prints one JSON line a case: the actions of each batch, the frames, the number of nodes, the
+pids of the processes the case started (every descendant seen while it ran) and those of them
+still alive 30 s after it ended, or the traceback of what it raised. A process of its own
+because the launcher makes its process rank 0 of a process group (TorchRL's tests run it in a
+process of its own too); the cases share it (its start costs seconds of CPU), each in a
+process group of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import socket
 import sys
 import threading
+import traceback
 from typing import Any
 
 import torch
@@ -25,7 +29,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tests.conftest import descendants
+from tests.conftest import descendants, processes_gone
 
 FRAMES_PER_BATCH = 50
 TOTAL_FRAMES = 300
@@ -118,15 +122,50 @@ def run(launcher: str, owner: str, name: str, pfactory: bool, sync: bool) -> dic
     return {"actions": actions, "frames": frames, "nodes": nodes}
 
 
-def main() -> None:
-    launcher, owner, name, pfactory, sync = sys.argv[1:6]
-    os.environ.setdefault("RCP_IDLE_TIMEOUT", "10")  # TorchRL's RPC nodes' idle bound
+def own_helpers(pids: set[int]) -> set[int]:
+    """The processes of `pids` that this process keeps for its whole life, whichever run
+    started them: multiprocessing's resource tracker (the first spawn starts it)."""
+    return {
+        pid
+        for pid, (_, command) in descendants().items()
+        if pid in pids and "resource_tracker" in command
+    }
+
+
+def run_case(case: list[str], kept: set[int]) -> dict[str, Any]:
+    """One run; `case` is `launcher owner class pfactory sync`. Reports the processes it
+    started and those of them still alive 30 s after it ended (`left`), but `kept`."""
+    launcher, owner, name, pfactory, sync = case
     watch = Descendants()
+    result: dict[str, Any] = {"case": " ".join(case)}
     try:
-        result = run(launcher, owner, name, pfactory == "1", sync == "1")
+        result.update(run(launcher, owner, name, pfactory == "1", sync == "1"))
+    except Exception:  # reported with the case's result; the next case still runs
+        result["error"] = traceback.format_exc()
     finally:
         started = watch.stop()
-    sys.stdout.write(json.dumps({**result, "started": started}) + "\n")
+        # The next run makes this process rank 0 of a new group (as the launcher's would).
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    kept |= own_helpers(set(started))
+    ended = [pid for pid in started if pid not in kept]
+    result["started"] = started
+    result["left"] = [] if processes_gone(ended, within=30.0) else ended
+    return result
+
+
+def main() -> None:
+    """Run each case of the command line (five arguments each) in turn, one JSON line each:
+    several cases share this process's start (imports), each in a process group of its own."""
+    arguments = sys.argv[1:]
+    if not arguments or len(arguments) % 5:
+        raise SystemExit(f"expected cases of 5 arguments each, got {arguments!r}")
+    os.environ.setdefault("RCP_IDLE_TIMEOUT", "10")  # TorchRL's RPC nodes' idle bound
+    kept: set[int] = set()
+    for start in range(0, len(arguments), 5):
+        result = run_case(arguments[start : start + 5], kept)
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

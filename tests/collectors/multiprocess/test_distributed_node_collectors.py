@@ -8,8 +8,11 @@ when only a factory was given (what TorchRL's node builds for its own multi-proc
 collectors), and `closed`, which the node reads when it shuts down.
 
 The launcher runs for real: node processes on this machine in a gloo group on localhost
-(tests/collectors/torchrl_launcher_runs.py, one process per run), side by side with TorchRL's
-classes as node collectors.
+(tests/collectors/torchrl_launcher_runs.py), side by side with TorchRL's classes as node
+collectors. The `DistributedCollector` runs over our classes share one launcher process (each run a
+process group of its own, its results checked by its own test), which saves a process start
+per run; the `RPCCollector` runs (an RPC group starts once per process) and those over
+TorchRL's classes (which time out at shutdown here) run in a process each.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ import torch
 import rlcollect.collectors
 from tests.collectors.multiprocess.launcher_checks import (
     RUN_TIMEOUT,
+    Case,
     assert_weights_reached_the_workers,
+    case_result,
     launcher_run,
+    launcher_runs,
 )
 from tests.collectors.multiprocess.recording_factory import RecordingFactory, pendulum
 
@@ -102,28 +108,52 @@ def test_random_actions_have_no_policy() -> None:
 # --- TorchRL's DistributedCollector over our node collectors ------------------------------------
 
 
-@pytest.mark.timeout(RUN_TIMEOUT + 60)
+DISTRIBUTED_CASES: list[Case] = [
+    ("distributed", "rlcollect", name, pfactory)
+    for name in ["Collector", "MultiSyncCollector", "MultiAsyncCollector"]
+    for pfactory in [False, True]
+]
+RPC_CASES: list[Case] = [
+    ("rpc", "rlcollect", name, pfactory)
+    for name in ["MultiSyncCollector", "MultiAsyncCollector"]
+    for pfactory in [False, True]
+]
+
+
+def case_id(case: Case) -> str:
+    return f"{case[2]}-{'policy_factory' if case[3] else 'policy'}"
+
+
+@pytest.fixture(scope="module")
+def distributed_runs() -> dict[Case, dict[str, Any]]:
+    return launcher_runs(DISTRIBUTED_CASES)
+
+
+# The first of these tests runs every case (the module fixture above): its timeout bounds
+# them all. The group keeps the cases on one pytest-xdist worker, so that the fixture runs
+# once.
+@pytest.mark.xdist_group("torchrl_distributed_launcher")
+@pytest.mark.timeout(RUN_TIMEOUT * len(DISTRIBUTED_CASES) + 60)
 @pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
-@pytest.mark.parametrize("pfactory", [False, True], ids=["policy", "policy_factory"])
-@pytest.mark.parametrize("name", ["Collector", "MultiSyncCollector", "MultiAsyncCollector"])
-def test_distributed_collector_runs_our_collectors_on_its_nodes(name: str, pfactory: bool) -> None:
+@pytest.mark.parametrize("case", DISTRIBUTED_CASES, ids=case_id)
+def test_distributed_collector_runs_our_collectors_on_its_nodes(
+    case: Case, distributed_runs: dict[Case, dict[str, Any]]
+) -> None:
     """A single `Collector` node too: the scheme writes into `Collector.policy`, the module
     the steps run (TorchRL's meaning)."""
-    result = launcher_run("distributed", "rlcollect", name, pfactory)
-    assert_weights_reached_the_workers(result, "distributed", name)
+    result = case_result(distributed_runs, case)
+    assert_weights_reached_the_workers(result, "distributed", case[2])
 
 
+# TorchRL's RPC group does not start a second time in one process: a process per run.
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.usefixtures("no_leftover_children", "nothing_left_at_os_level")
-@pytest.mark.parametrize("pfactory", [False, True], ids=["policy", "policy_factory"])
-@pytest.mark.parametrize("name", ["MultiSyncCollector", "MultiAsyncCollector"])
-def test_rpc_collector_updates_the_workers_of_our_multi_collectors(
-    name: str, pfactory: bool
-) -> None:
+@pytest.mark.parametrize("case", RPC_CASES, ids=case_id)
+def test_rpc_collector_updates_the_workers_of_our_multi_collectors(case: Case) -> None:
     """TorchRL's `RPCCollector` sends weights into the node collector's `policy` through its
     scheme, which passes them on with `update_policy_weights_` to the workers."""
-    result = launcher_run("rpc", "rlcollect", name, pfactory)
-    assert_weights_reached_the_workers(result, "rpc", name)
+    result = launcher_run(*case)
+    assert_weights_reached_the_workers(result, "rpc", case[2])
 
 
 @pytest.mark.slow
