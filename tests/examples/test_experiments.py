@@ -80,6 +80,9 @@ def tensorboard_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     return run_dir, result.stdout
 
 
+# The tests that read tensorboard_run (a PPO run) share one pytest-xdist worker, so that the
+# run is made once.
+@pytest.mark.xdist_group("tensorboard_run")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_tensorboard_logger_and_videos(tensorboard_run: tuple[Path, str]) -> None:
@@ -136,6 +139,7 @@ def test_tensorboard_logger_and_videos(tensorboard_run: tuple[Path, str]) -> Non
     assert gif.n_frames == int(recorded[str(videos[-1])]) + 1
 
 
+@pytest.mark.xdist_group("tensorboard_run")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("no_leftover_children")

@@ -212,6 +212,8 @@ def hooked_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(python)
 
 
+# The tests over hooked_python share one pytest-xdist worker, so that it is built once.
+@pytest.mark.xdist_group("hooked_python")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_variable_patches_a_plain_python_when_torchrl_is_imported(hooked_python: str) -> None:
@@ -222,6 +224,7 @@ def test_the_variable_patches_a_plain_python_when_torchrl_is_imported(hooked_pyt
     assert patched == {**NOTHING_IMPORTED, "Collector": OUR_COLLECTOR}
 
 
+@pytest.mark.xdist_group("hooked_python")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_without_the_variable_the_hook_imports_nothing(hooked_python: str) -> None:

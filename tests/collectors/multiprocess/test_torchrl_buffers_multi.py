@@ -31,6 +31,8 @@ def torchrl_fills(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
     return dict(zip(BUILDERS, described, strict=True))
 
 
+# The cases share one pytest-xdist worker, so that torchrl_fills (TorchRL's run) is made once.
+@pytest.mark.xdist_group("torchrl_fills")
 @pytest.mark.parametrize(
     ("builder", "kind"),
     [
