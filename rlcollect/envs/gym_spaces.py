@@ -115,21 +115,13 @@ def write_value(rows: np.ndarray, t: int, value: Any, one_hot: bool) -> None:
 
 
 def action_reader(spec: TensorSpec, space: gym.Space) -> Callable[[np.ndarray], Any]:
-    """A function turning a NumPy action row of the carrier into what `space` accepts.
-
-    A discrete action is a NumPy integer of the space's dtype, as Gymnasium's vector envs and
-    TorchRL's `GymEnv` pass it: `Discrete.contains` checks one without the `np.iinfo` it
-    builds for a Python int, a per-step cost of the env's own check.
-    """
+    """A function turning a NumPy action row of the carrier into what `space` accepts."""
     start = index_start(space)
     offset = 0 if start is None else start
-    if isinstance(space, gym.spaces.Discrete):
-        as_space_int = space.dtype.type
-        if isinstance(spec, OneHot):
-            return lambda row: as_space_int(row.argmax() + offset)
-        return lambda row: as_space_int(row + offset)
     if isinstance(spec, OneHot):
         return lambda row: int(row.argmax()) + offset
+    if isinstance(space, gym.spaces.Discrete):
+        return lambda row: int(row) + offset
     if isinstance(space, gym.spaces.Box):
         return lambda row: row.astype(space.dtype, copy=False)
     return lambda row: np.array(row) + offset
