@@ -36,16 +36,36 @@ TARGETS = {
 STORAGE = {"device": "cpu", "ndim": 1, "compilable": True}
 WRITER = {"writer": {"compilable": True}}
 
+# The training env both trainers use, as TorchRL's trainer configs compose it: a Gym env with a
+# step counter (50 steps) and a reward sum, in a TransformedEnv.
+TRAINING_ENV_DEFAULTS: list[Any] = [
+    {"transform@transform0": "step_counter"},
+    {"transform@transform1": "reward_sum"},
+    {"env@training_env": "transformed_env"},
+    {"env@training_env.base_env": "gym"},
+    {"transform@training_env.transform": "compose"},
+]
+
+
+def training_env(env_name: str) -> dict[str, Any]:
+    """The config entries of that env on `env_name` (with `TRAINING_ENV_DEFAULTS`)."""
+    return {
+        "transform0": {"max_steps": 50, "step_count_key": "step_count"},
+        "transform1": {"in_keys": ["reward"], "out_keys": ["reward_sum"]},
+        "training_env": {
+            "base_env": {"env_name": env_name},
+            "transform": {"transforms": ["${transform0}", "${transform1}"]},
+            "_partial_": True,
+        },
+    }
+
+
 # DQN on CartPole, as dqn_trainer composes it: a transformed Gym env (the script batches it
 # in a TorchRL ParallelEnv of one, whose shared memory the fixtures would count against our
 # collectors), a Q-value model, a replay buffer, TorchRL's DQN trainer (it adds e-greedy).
 DQN = {
     "defaults": [
-        {"transform@transform0": "step_counter"},
-        {"transform@transform1": "reward_sum"},
-        {"env@training_env": "transformed_env"},
-        {"env@training_env.base_env": "gym"},
-        {"transform@training_env.transform": "compose"},
+        *TRAINING_ENV_DEFAULTS,
         {"model@models.qvalue_model": "qvalue"},
         {"network@networks.qvalue_network": "mlp"},
         {"collector@collector": "sync"},
@@ -68,13 +88,7 @@ DQN = {
             "network": "${networks.qvalue_network}",
         }
     },
-    "transform0": {"max_steps": 50, "step_count_key": "step_count"},
-    "transform1": {"in_keys": ["reward"], "out_keys": ["reward_sum"]},
-    "training_env": {
-        "base_env": {"env_name": "CartPole-v1"},
-        "transform": {"transforms": ["${transform0}", "${transform1}"]},
-        "_partial_": True,
-    },
+    **training_env("CartPole-v1"),
     "loss": {"value_network": "${models.qvalue_model}", "action_space": "one-hot"},
     "target_net_updater": {"value_network_update_interval": 5},
     "collector": {
@@ -106,11 +120,7 @@ DQN = {
 # PPO on Pendulum, as ppo_trainer composes it (a multi-process collector there; the env as in DQN).
 PPO = {
     "defaults": [
-        {"transform@transform0": "step_counter"},
-        {"transform@transform1": "reward_sum"},
-        {"env@training_env": "transformed_env"},
-        {"env@training_env.base_env": "gym"},
-        {"transform@training_env.transform": "compose"},
+        *TRAINING_ENV_DEFAULTS,
         {"model@models.policy_model": "tanh_normal"},
         {"model@models.value_model": "value"},
         {"network@networks.policy_network": "mlp"},
@@ -143,13 +153,7 @@ PPO = {
             "network": "${networks.value_network}",
         },
     },
-    "transform0": {"max_steps": 50, "step_count_key": "step_count"},
-    "transform1": {"in_keys": ["reward"], "out_keys": ["reward_sum"]},
-    "training_env": {
-        "base_env": {"env_name": "Pendulum-v1"},
-        "transform": {"transforms": ["${transform0}", "${transform1}"]},
-        "_partial_": True,
-    },
+    **training_env("Pendulum-v1"),
     "loss": {"actor_network": "${models.policy_model}", "critic_network": "${models.value_model}"},
     "collector": {
         "create_env_fn": "${training_env}",
