@@ -7,6 +7,14 @@ import pytest
 pytest_plugins = ["tests.ray_session"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """TorchRL's workers, started beside ours as the reference, come from rlcollect's
+    preloaded fork server too (tests/start_method.py)."""
+    from tests.start_method import fork_server_by_default
+
+    fork_server_by_default()
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """rlcollect/rllib (its doctests) needs the `rllib` extra; without it, skip collecting it
     (tests/rllib skips itself, saying why)."""

@@ -30,6 +30,7 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from tests.conftest import descendants, processes_gone
+from tests.start_method import fork_server_by_default
 
 FRAMES_PER_BATCH = 50
 TOTAL_FRAMES = 300
@@ -124,11 +125,13 @@ def run(launcher: str, owner: str, name: str, pfactory: bool, sync: bool) -> dic
 
 def own_helpers(pids: set[int]) -> set[int]:
     """The processes of `pids` that this process keeps for its whole life, whichever run
-    started them: multiprocessing's resource tracker (the first spawn starts it)."""
+    started them: multiprocessing's resource tracker and fork server (the first start starts
+    them)."""
     return {
         pid
-        for pid, (_, command) in descendants().items()
-        if pid in pids and "resource_tracker" in command
+        for pid, (ppid, command) in descendants().items()
+        if pid in pids
+        and ("resource_tracker" in command or (ppid == os.getpid() and "forkserver" in command))
     }
 
 
@@ -161,6 +164,7 @@ def main() -> None:
     if not arguments or len(arguments) % 5:
         raise SystemExit(f"expected cases of 5 arguments each, got {arguments!r}")
     os.environ.setdefault("RCP_IDLE_TIMEOUT", "10")  # TorchRL's RPC nodes' idle bound
+    fork_server_by_default()  # node processes forked with torch imported (tests/start_method.py)
     kept: set[int] = set()
     for start in range(0, len(arguments), 5):
         result = run_case(arguments[start : start + 5], kept)
