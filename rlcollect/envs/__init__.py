@@ -3,6 +3,7 @@ batched envs."""
 
 from rlcollect.envs.base import EnvBase
 from rlcollect.envs.carrier import allocate_carrier
+from rlcollect.envs.dict_agents import DictAgentsEnv
 from rlcollect.envs.envpool_env import EnvPoolEnv
 from rlcollect.envs.gym import GymEnv
 from rlcollect.envs.gym_vector import GymVectorEnv
@@ -25,6 +26,7 @@ __all__ = [
     "Bounded",
     "Categorical",
     "Composite",
+    "DictAgentsEnv",
     "EnvBase",
     "EnvPoolEnv",
     "GymEnv",
