@@ -4,10 +4,11 @@ Our collectors and envs start their workers through multiprocessing's fork serve
 imported torch and rlcollect once (`rlcollect.runtime.processes.PRELOADED_MODULES`). TorchRL's
 collectors, envs and launchers, which many tests run beside ours as the reference, start theirs
 with the process's default start method, "spawn" where none is set: a fresh interpreter per
-worker that imports torch, tensordict and TorchRL, about 5 s of CPU on a 2-core machine and
-the largest share of the suite's time. Made the default here, the fork server serves them too:
-their workers are forked with torch imported and import TorchRL alone. What a run collects does
-not depend on how its workers were started; the tests that check a start method name it.
+worker that imports torch, tensordict and TorchRL, about 5 s of CPU on a 2-core machine (a
+fifth of the suite's CPU, measured when this was made). Made the default here, the fork server
+serves them too: their workers are forked with torch imported and import TorchRL alone. What a
+run collects does not depend on how its workers were started; the tests that check a start
+method name it.
 """
 
 from __future__ import annotations
