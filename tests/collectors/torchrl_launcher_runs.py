@@ -29,7 +29,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from tests.conftest import descendants, processes_gone
+from tests.conftest import MULTIPROCESSING_HELPERS, descendants, processes_gone
 from tests.start_method import fork_server_by_default
 
 FRAMES_PER_BATCH = 50
@@ -131,7 +131,8 @@ def own_helpers(pids: set[int]) -> set[int]:
         pid
         for pid, (ppid, command) in descendants().items()
         if pid in pids
-        and ("resource_tracker" in command or (ppid == os.getpid() and "forkserver" in command))
+        and ppid == os.getpid()
+        and any(helper in command for helper in MULTIPROCESSING_HELPERS)
     }
 
 
