@@ -31,13 +31,21 @@ def forked_by_fork_server() -> bool:
     )
 
 
+def can_share_parent_fork_server() -> bool:
+    """Whether `share_parent_fork_server` has this process's workers forked by the server
+    that forked this process (before Python 3.14, in a process such a server forked)."""
+    return sys.version_info < SHARED_BELOW and forked_by_fork_server()
+
+
 def share_parent_fork_server() -> None:
     """In a process forked by a fork server: the workers it starts are forked by that server
     too (instead of by a new one). Elsewhere, and from Python 3.14 on, nothing changes."""
-    if sys.version_info >= SHARED_BELOW or not forked_by_fork_server():
+    if not can_share_parent_fork_server():
         return
     server = multiprocessing.forkserver._forkserver
     start_own = server.ensure_running
+    if getattr(start_own, "shares_parent_server", False):  # done already
+        return
 
     def ensure_running() -> None:
         if forked_by_fork_server():
@@ -45,4 +53,5 @@ def share_parent_fork_server() -> None:
         else:  # a server this process started itself
             start_own()
 
+    ensure_running.shares_parent_server = True  # type: ignore[attr-defined]
     server.ensure_running = ensure_running  # type: ignore[method-assign]

@@ -123,7 +123,8 @@ def default_start_method() -> str:
 
 
 def worker_context(mp_start_method: str | None) -> BaseContext:
-    """The multiprocessing context for workers, with the fork server preloaded."""
+    """The multiprocessing context for workers, with the fork server preloaded (or, in a
+    process a fork server forked, that server: rlcollect.runtime.fork_server)."""
     method = mp_start_method or default_start_method()
     if method not in multiprocessing.get_all_start_methods():
         raise ValueError(
@@ -133,6 +134,7 @@ def worker_context(mp_start_method: str | None) -> BaseContext:
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload(PRELOADED_MODULES)
+        share_parent_fork_server()
     return context
 
 

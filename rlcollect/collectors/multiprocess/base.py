@@ -64,6 +64,7 @@ from rlcollect.collectors.weights.sender import (
 )
 from rlcollect.errors import MisuseError
 from rlcollect.runtime.fan_out import per_child
+from rlcollect.runtime.fork_server import can_share_parent_fork_server
 from rlcollect.runtime.processes import threads_beside, worker_context
 
 # Options that may be given once or as one value per worker.
@@ -241,10 +242,12 @@ class MultiCollectorBase(MultiCollectorControl):
         prepare_shared_buffer(replay_buffer, specs[0])
         # In a node of a distributed launcher (see `waits_for_workers`), workers are spawned
         # unless asked otherwise: starting a fork server blocks until it has imported torch.
+        # A node that a fork server forked has its workers forked by that server, which runs.
         waits = waits_for_workers()
+        spawned = not (waits or can_share_parent_fork_server())
         self.pool = WorkerPool(
             specs,
-            worker_context(mp_start_method or (None if waits else "spawn")),
+            worker_context(mp_start_method or ("spawn" if spawned else None)),
             num_sub_threads=num_sub_threads,
             worker_timeout=worker_timeout,
             restart_dead_workers=restart_dead_workers,
