@@ -114,11 +114,6 @@ def is_buffer_layout(rollout: object) -> bool:
     return isinstance(rollout, TensorDictBase) and isinstance(rollout.get(OBS, None), torch.Tensor)
 
 
-def layout_of(rollout: object) -> RolloutLayout:
-    """The layout of `rollout`: the buffer layout when it has an `obs` field, else TorchRL's."""
-    return RolloutLayout.BUFFER if is_buffer_layout(rollout) else RolloutLayout.TORCHRL
-
-
 def positive_size(name: str, value: object) -> int:
     """`value` as an int, or a ValueError naming `name` when it is not a positive int."""
     if not keys.is_int(value) or operator.index(value) <= 0:  # type: ignore[arg-type]

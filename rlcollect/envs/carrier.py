@@ -43,11 +43,6 @@ def allocate_carrier(
     return carrier
 
 
-def time_slice(tensor: torch.Tensor, batch_ndim: int, t: int) -> torch.Tensor:
-    """The view of `tensor` at time index `t` (time is the dim right after the env batch)."""
-    return tensor.select(batch_ndim, t)
-
-
 class CarrierViews:
     """Per-time-step TensorDict views of a carrier, built once per step index and reused.
 

@@ -233,11 +233,6 @@ def _ragged_keys(spec: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...
     return [prefix] if -1 in tuple(spec.shape) else []
 
 
-def as_device(value: Any) -> torch.device:
-    """`torch.device(value)`, with None meaning the CPU."""
-    return torch.device(value) if value is not None else torch.device("cpu")
-
-
 def _tuple_keys(container: Any) -> set[tuple[str, ...]]:
     """The leaf keys of a spec or TensorDict, as tuples."""
     found = container.keys(include_nested=True, leaves_only=True)

@@ -95,11 +95,6 @@ class RayLease:
             cls._holders += 1
         return cls()
 
-    @classmethod
-    def owns_ray(cls) -> bool:
-        """Whether the running Ray was started by a lease (and is stopped by the last one)."""
-        return cls._owned
-
     def release(self) -> None:
         """Let go of Ray (once; later calls do nothing): the last lease shuts down the Ray that
         a lease started."""
